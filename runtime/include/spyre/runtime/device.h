@@ -1,0 +1,117 @@
+// The pluggable device layer: one abstract Device per physical (or emulated)
+// device, created by a Backend found through the registry (registry.h).
+//
+// Device calls are synchronous; asynchrony comes from Queues, which run
+// submitted work in FIFO order on their own thread. Streams (stream.h) wrap
+// queues with the ordering and timing rules PyTorch expects.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "spyre/runtime/program.h"
+
+namespace spyre::rt {
+
+struct PatchPlan;
+
+// A device address. Never host-dereferenceable: only the device's own copy
+// and launch calls may touch the memory behind it.
+using DevicePtr = uint64_t;
+
+struct DeviceProperties {
+  std::string name;        // "Spyre (emulated)"
+  std::string backend;     // registry name of the backend, "sim"
+  int index = 0;           // device ordinal
+  uint32_t num_cores = 32;
+  uint32_t scratchpad_bytes = 2u << 20;
+  uint32_t stick_bytes = kStickBytes;
+  uint64_t memory_bytes = 0;  // total device memory
+  double clock_ghz = 0;       // modelled core clock
+  std::string timing_table_version;  // identifies the cost parameters
+  ProgramLimits limits() const { return {num_cores, scratchpad_bytes}; }
+};
+
+// What a launch did, in modelled device time.
+struct LaunchStats {
+  uint64_t cycles = 0;          // makespan of the launch
+  double time_ns = 0;           // cycles / clock plus launch overhead
+  std::vector<uint64_t> core_busy_cycles;  // per core, any unit active
+  double matrix_utilization = 0;  // busy matrix-unit cycles / (cores x cycles)
+  double vector_utilization = 0;
+  double core_utilization = 0;    // mean of busy / cycles over used cores
+  uint64_t dma_bytes = 0;       // device memory <-> scratchpad
+  uint64_t ring_bytes = 0;      // core <-> core
+  uint64_t instructions = 0;
+};
+
+// A backend's prepared form of a program: decoded instructions, dependency
+// graph, per-core queues. Built once at load so launches stay cheap.
+class Executable {
+ public:
+  virtual ~Executable() = default;
+};
+
+// Work run by a queue. Returns the modelled device time it took, in ns.
+using Work = std::function<double()>;
+
+class Queue {
+ public:
+  virtual ~Queue() = default;
+  // Runs `work` after everything submitted before it. Never blocks on it.
+  virtual void submit(Work work) = 0;
+  // Blocks until all submitted work has run.
+  virtual void wait_idle() = 0;
+  virtual bool idle() = 0;
+};
+
+// A queue with one worker thread; what most backends need.
+std::unique_ptr<Queue> make_thread_queue(std::string name);
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const DeviceProperties& properties() const = 0;
+
+  // Raw device memory; 128-byte aligned. allocate() throws OutOfMemoryError.
+  // The caching allocator (allocator.h) sits on top of these.
+  virtual DevicePtr allocate(uint64_t bytes) = 0;
+  virtual void free(DevicePtr ptr) = 0;
+  virtual uint64_t bytes_in_use() const = 0;
+
+  // Synchronous copies; each returns its modelled device time in ns.
+  // A range outside any live allocation raises kDeviceError.
+  virtual double copy_to_device(DevicePtr dst, const void* src,
+                                uint64_t bytes) = 0;
+  virtual double copy_to_host(void* dst, DevicePtr src, uint64_t bytes) = 0;
+  virtual double copy_on_device(DevicePtr dst, DevicePtr src,
+                                uint64_t bytes) = 0;
+  virtual double fill(DevicePtr dst, uint8_t value, uint64_t bytes) = 0;
+
+  // Program load: build everything a launch needs, once. The program is
+  // already validated; `plan` numbers its device accesses (see patcher.h).
+  virtual std::unique_ptr<Executable> prepare(const Program& program,
+                                              const PatchPlan& plan) = 0;
+  // Runs a prepared program with `addresses[i]` the real address of
+  // relocation i of the plan (already verified by the patcher). Synchronous.
+  virtual LaunchStats execute(const Executable& exe,
+                              std::span<const DevicePtr> addresses) = 0;
+
+  // A new in-order queue. The default is a thread queue.
+  virtual std::unique_ptr<Queue> create_queue();
+};
+
+// A backend creates devices. One backend is active per process.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int device_count() const = 0;
+  virtual std::unique_ptr<Device> create_device(int index) = 0;
+};
+
+}  // namespace spyre::rt
