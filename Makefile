@@ -1,0 +1,76 @@
+# The user-facing commands. Each target sets up what it needs first, so on a
+# fresh machine `make run` and `make test` are all a user types.
+#   make run     set up, build, run the main job on the emulated device
+#   make test    set up, build, run every test (format, GoogleTest, pytest,
+#                and the C++ tests under ASan+UBSan and TSan)
+#   make bench   run every benchmark; one JSON file each in bench-results/
+#   make asan / make tsan / make format / make format-check / make clean
+
+PYTHON ?= python3
+JOBS ?= $(shell nproc)
+BUILD_DIR ?= build
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DSPYRE_WERROR=ON
+SETUP_STAMP := $(BUILD_DIR)/.setup-done
+CXX_SOURCES = $(shell git ls-files '*.cpp' '*.h' 2>/dev/null)
+
+.PHONY: all setup build python run test test-cpp test-python bench asan tsan \
+        format format-check clean
+
+all: build
+
+# Idempotent: installs only what is missing (see scripts/setup.sh).
+setup: $(SETUP_STAMP)
+$(SETUP_STAMP): scripts/setup.sh
+	bash scripts/setup.sh
+	@mkdir -p $(BUILD_DIR) && touch $@
+
+build: setup
+	cmake -S . -B $(BUILD_DIR) -G Ninja $(CMAKE_FLAGS)
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The PyTorch extension, built in place against the installed torch wheel.
+python: build
+	@if [ -f csrc/CMakeLists.txt ]; then \
+	  $(PYTHON) -m pip install --no-build-isolation --no-deps -q -e . ; fi
+
+run: python
+	$(PYTHON) scripts/main_job.py
+
+test-cpp: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+test-python: python
+	@if [ -d test/python ] && ls test/python/test_*.py >/dev/null 2>&1; then \
+	  $(PYTHON) -m pytest -q test/python; \
+	else echo "no Python tests yet"; fi
+
+test: format-check test-cpp test-python asan tsan
+
+# Sanitizer builds run the C++ tests only (the Python extension would need a
+# sanitized interpreter). Each keeps its own build directory.
+asan: setup
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DSPYRE_WERROR=ON -DSPYRE_BUILD_BENCHMARKS=OFF -DSPYRE_SANITIZE='address;undefined'
+	cmake --build build-asan -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1 SPYRE_SIM_MEMORY_GB=16 \
+	  ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+
+tsan: setup
+	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DSPYRE_WERROR=ON -DSPYRE_BUILD_BENCHMARKS=OFF -DSPYRE_SANITIZE=thread
+	cmake --build build-tsan -j $(JOBS)
+	TSAN_OPTIONS=halt_on_error=1 SPYRE_SIM_MEMORY_GB=16 \
+	  ctest --test-dir build-tsan --output-on-failure -j $(JOBS)
+
+bench: python
+	@mkdir -p bench-results
+	$(PYTHON) benchmarks/run_all.py --build-dir $(BUILD_DIR) --out bench-results
+
+format:
+	clang-format -i $(CXX_SOURCES)
+
+format-check: setup
+	clang-format --dry-run -Werror $(CXX_SOURCES)
+
+clean:
+	rm -rf $(BUILD_DIR) build-asan build-tsan bench-results

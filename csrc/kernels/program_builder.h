@@ -1,0 +1,83 @@
+// Helpers to emit device programs: argument slots, per-core instruction
+// streams with a scratchpad bump allocator, ring channels. Every kernel
+// builder (eager ops, benchmarks, the compiler's code generator) goes through
+// these, so programs are assembled one way.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "spyre/runtime/program.h"
+
+namespace spyre::kernels {
+
+// A kernel cannot be built as asked (e.g. it does not fit the scratchpad).
+// A compile-time error, never a wrong program.
+class KernelBuildError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class CoreBuilder {
+ public:
+  CoreBuilder(uint32_t core, uint32_t scratchpad_limit);
+
+  uint32_t core() const { return program_.core; }
+  // Reserves `bytes` (rounded up to sticks) of scratchpad; returns its offset.
+  uint32_t reserve(uint32_t bytes, const char* what);
+  uint32_t used() const { return next_; }
+
+  template <typename Inst>
+  void emit(Inst inst) {
+    program_.instructions.emplace_back(std::move(inst));
+  }
+
+  rt::CoreProgram finish() &&;
+
+ private:
+  rt::CoreProgram program_;
+  uint32_t limit_;
+  uint32_t next_ = 0;
+};
+
+class ProgramBuilder {
+ public:
+  explicit ProgramBuilder(std::string name, uint32_t num_cores = 32,
+                          uint32_t scratchpad_bytes = 2u << 20);
+
+  uint32_t add_arg(std::string name, rt::DType dtype, uint64_t bytes,
+                   bool is_output, std::vector<int64_t> device_size = {});
+  CoreBuilder& core(uint32_t id);
+  uint32_t new_channel() { return next_channel_++; }
+  uint32_t new_share_group() { return next_share_group_++; }
+  uint32_t num_cores() const { return num_cores_; }
+
+  rt::Program finish() &&;
+
+ private:
+  rt::Program program_;
+  uint32_t num_cores_;
+  uint32_t scratchpad_bytes_;
+  std::map<uint32_t, CoreBuilder> cores_;
+  uint32_t next_channel_ = 0;
+  uint32_t next_share_group_ = 1;
+};
+
+// Splits [0, n) into `parts` nearly equal chunks; chunk i is
+// [begin(i), begin(i + 1)). Chunks are multiples of `quantum` except the last.
+struct Split {
+  uint64_t n = 0;
+  uint32_t parts = 1;
+  uint64_t quantum = 1;
+  uint64_t chunk() const;
+  uint64_t begin(uint32_t i) const;
+  uint64_t size(uint32_t i) const { return begin(i + 1) - begin(i); }
+  uint32_t used_parts() const;  // parts that get a nonempty chunk
+};
+
+inline uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+}  // namespace spyre::kernels
