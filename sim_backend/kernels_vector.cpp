@@ -1,0 +1,536 @@
+// The vector unit: elementwise ops over a rows x cols iteration space.
+//
+// Each row is processed in chunks: sources are converted into contiguous
+// fp32 (or int64) buffers, the op runs over the buffers, and the result is
+// rounded once into dst's dtype. Contiguous rows convert with vectorised
+// loops; the op loops are written in blocks of 8 so GCC's SLP vectoriser
+// turns them into AVX2 code even at -O2 (whose cost model skips loops that
+// need a scalar epilogue).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels.h"
+#include "kernels_util.h"
+
+namespace spyre::sim {
+namespace {
+
+using rt::VecOp;
+
+constexpr uint32_t kChunk = 256;
+
+// f(i) for i in [0, n): full blocks of 8 unrolled for SLP vectorisation.
+template <typename F>
+[[gnu::always_inline]] inline void for_each_index(uint32_t n, F f) {
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+#pragma GCC unroll 8
+    for (uint32_t j = 0; j < 8; ++j) f(i + j);
+  }
+  for (; i < n; ++i) f(i);
+}
+
+// One op over whole buffers. Kept out of line on purpose: GCC honours the
+// __restrict parameters (and so vectorises) only in a real function body.
+template <typename T, typename F>
+[[gnu::noinline]] void map_unary(const T* __restrict a, T* __restrict out,
+                                 uint32_t n, F f) {
+  for_each_index(n, [&](uint32_t i) { out[i] = f(a[i]); });
+}
+
+template <typename T, typename F>
+[[gnu::noinline]] void map_binary(const T* __restrict a, const T* __restrict b,
+                                  T* __restrict out, uint32_t n, F f) {
+  for_each_index(n, [&](uint32_t i) { out[i] = f(a[i], b[i]); });
+}
+
+template <typename T>
+[[gnu::noinline]] void map_select(const float* __restrict cond,
+                                  const T* __restrict b, const T* __restrict c,
+                                  T* __restrict out, uint32_t n) {
+  for_each_index(n,
+                 [&](uint32_t i) { out[i] = cond[i] != 0.0f ? b[i] : c[i]; });
+}
+
+int arity(VecOp op) {
+  if (op == VecOp::kFill || op == VecOp::kIota) return 0;
+  if (op == VecOp::kSelect) return 3;
+  return op >= VecOp::kAdd ? 2 : 1;
+}
+
+bool is_compare(VecOp op) { return op >= VecOp::kEq && op <= VecOp::kGe; }
+
+// Ops whose result is floating even for integer inputs (as in PyTorch).
+bool is_float_only(VecOp op) {
+  switch (op) {
+    case VecOp::kExp:
+    case VecOp::kLog:
+    case VecOp::kSqrt:
+    case VecOp::kRsqrt:
+    case VecOp::kRecip:
+    case VecOp::kTanh:
+    case VecOp::kSigmoid:
+    case VecOp::kGelu:
+    case VecOp::kGeluTanh:
+    case VecOp::kSilu:
+    case VecOp::kErf:
+    case VecOp::kSin:
+    case VecOp::kCos:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_integral_value(double v) {
+  return std::isfinite(v) && std::trunc(v) == v && std::fabs(v) < 9.2e18;
+}
+
+// Floating inputs compute in fp32, integer inputs in int64. Compares,
+// logical ops and select take the domain from their value inputs only (their
+// dst is a 0/1 or a pass-through); other ops also follow a floating dst.
+bool computes_in_float(const rt::Vector& v) {
+  if (is_float_only(v.op)) return true;
+  int n = arity(v.op);
+  bool value_dst = !is_compare(v.op) && v.op != VecOp::kLogicalNot &&
+                   v.op != VecOp::kLogicalAnd && v.op != VecOp::kLogicalOr &&
+                   v.op != VecOp::kSelect;
+  if (value_dst && rt::is_floating(v.dst.dtype)) return true;
+  if (v.op == VecOp::kSelect) {
+    return rt::is_floating(v.src1.dtype) || rt::is_floating(v.src2.dtype);
+  }
+  if (n >= 1 && rt::is_floating(v.src0.dtype)) return true;
+  if (n == 2) {
+    if (v.src1_is_imm) return !is_integral_value(v.imm);
+    return rt::is_floating(v.src1.dtype);
+  }
+  if (n == 0) return !is_integral_value(v.imm) || !is_integral_value(v.imm2);
+  return false;
+}
+
+// ---- fp32 domain -----------------------------------------------------------
+
+struct FloatArgs {
+  const float* a;
+  const float* b;
+  float* out;
+  uint32_t n;
+};
+
+float gelu_erf(float x) {
+  return x * 0.5f * (1.0f + std::erf(x * static_cast<float>(M_SQRT1_2)));
+}
+
+float gelu_tanh(float x) {
+  constexpr float kBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
+  constexpr float kKappa = 0.044715f;
+  float inner = kBeta * (x + kKappa * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(inner));
+}
+
+// Python's sign rule: a nonzero result takes the divisor's sign.
+float remainder_float(float a, float b) {
+  float mod = std::fmod(a, b);
+  if (mod != 0.0f && ((b < 0.0f) != (mod < 0.0f))) mod += b;
+  return mod;
+}
+
+void unary_float(VecOp op, const FloatArgs& x) {
+  auto map = [&](auto f) { map_unary(x.a, x.out, x.n, f); };
+  switch (op) {
+    case VecOp::kCopy:
+      map([](float v) { return v; });
+      return;
+    case VecOp::kNeg:
+      map([](float v) { return -v; });
+      return;
+    case VecOp::kAbs:
+      map([](float v) { return std::fabs(v); });
+      return;
+    case VecOp::kExp:
+      map([](float v) { return std::exp(v); });
+      return;
+    case VecOp::kLog:
+      map([](float v) { return std::log(v); });
+      return;
+    case VecOp::kSqrt:
+      map([](float v) { return std::sqrt(v); });
+      return;
+    case VecOp::kRsqrt:
+      map([](float v) { return 1.0f / std::sqrt(v); });
+      return;
+    case VecOp::kRecip:
+      map([](float v) { return 1.0f / v; });
+      return;
+    case VecOp::kTanh:
+      map([](float v) { return std::tanh(v); });
+      return;
+    case VecOp::kSigmoid:
+      map([](float v) { return 1.0f / (1.0f + std::exp(-v)); });
+      return;
+    case VecOp::kRelu:  // NaN passes through, as torch.relu does
+      map([](float v) { return v > 0.0f || v != v ? v : 0.0f; });
+      return;
+    case VecOp::kGelu:
+      map(gelu_erf);
+      return;
+    case VecOp::kGeluTanh:
+      map(gelu_tanh);
+      return;
+    case VecOp::kSilu:
+      map([](float v) { return v / (1.0f + std::exp(-v)); });
+      return;
+    case VecOp::kErf:
+      map([](float v) { return std::erf(v); });
+      return;
+    case VecOp::kSin:
+      map([](float v) { return std::sin(v); });
+      return;
+    case VecOp::kCos:
+      map([](float v) { return std::cos(v); });
+      return;
+    case VecOp::kLogicalNot:
+      map([](float v) { return v == 0.0f ? 1.0f : 0.0f; });
+      return;
+    case VecOp::kFloor:
+      map([](float v) { return std::floor(v); });
+      return;
+    default:
+      device_error(
+          rt::str("vector: op ", static_cast<int>(op), " is not unary"));
+  }
+}
+
+void binary_float(VecOp op, const FloatArgs& x) {
+  auto map = [&](auto f) { map_binary(x.a, x.b, x.out, x.n, f); };
+  auto flag = [](bool v) { return v ? 1.0f : 0.0f; };
+  switch (op) {
+    case VecOp::kAdd:
+      map([](float p, float q) { return p + q; });
+      return;
+    case VecOp::kSub:
+      map([](float p, float q) { return p - q; });
+      return;
+    case VecOp::kMul:
+      map([](float p, float q) { return p * q; });
+      return;
+    case VecOp::kDiv:
+      map([](float p, float q) { return p / q; });
+      return;
+    case VecOp::kMax:  // NaN in either input propagates (torch.maximum)
+      map([](float p, float q) { return p > q || p != p ? p : q; });
+      return;
+    case VecOp::kMin:
+      map([](float p, float q) { return p < q || p != p ? p : q; });
+      return;
+    case VecOp::kPow:
+      map([](float p, float q) { return std::pow(p, q); });
+      return;
+    case VecOp::kEq:
+      map([&](float p, float q) { return flag(p == q); });
+      return;
+    case VecOp::kNe:
+      map([&](float p, float q) { return flag(p != q); });
+      return;
+    case VecOp::kLt:
+      map([&](float p, float q) { return flag(p < q); });
+      return;
+    case VecOp::kLe:
+      map([&](float p, float q) { return flag(p <= q); });
+      return;
+    case VecOp::kGt:
+      map([&](float p, float q) { return flag(p > q); });
+      return;
+    case VecOp::kGe:
+      map([&](float p, float q) { return flag(p >= q); });
+      return;
+    case VecOp::kLogicalAnd:
+      map([&](float p, float q) { return flag(p != 0.0f && q != 0.0f); });
+      return;
+    case VecOp::kLogicalOr:
+      map([&](float p, float q) { return flag(p != 0.0f || q != 0.0f); });
+      return;
+    case VecOp::kRemainder:
+      map(remainder_float);
+      return;
+    default:
+      device_error(
+          rt::str("vector: op ", static_cast<int>(op), " is not binary"));
+  }
+}
+
+// ---- int64 domain ----------------------------------------------------------
+
+struct IntArgs {
+  const int64_t* a;
+  const int64_t* b;
+  int64_t* out;
+  uint32_t n;
+};
+
+// Two's complement wrap-around without signed-overflow UB.
+int64_t wrap_add(int64_t p, int64_t q) {
+  return static_cast<int64_t>(static_cast<uint64_t>(p) +
+                              static_cast<uint64_t>(q));
+}
+int64_t wrap_sub(int64_t p, int64_t q) {
+  return static_cast<int64_t>(static_cast<uint64_t>(p) -
+                              static_cast<uint64_t>(q));
+}
+int64_t wrap_mul(int64_t p, int64_t q) {
+  return static_cast<int64_t>(static_cast<uint64_t>(p) *
+                              static_cast<uint64_t>(q));
+}
+
+void check_divisor(int64_t q, const char* what) {
+  if (q == 0)
+    device_error(rt::str("vector ", what, ": integer division by zero"));
+}
+
+// Floor division, Python's `//`: pairs with remainder_int so that
+// p == floor_div(p, q) * q + remainder_int(p, q).
+int64_t floor_div(int64_t p, int64_t q) {
+  check_divisor(q, "div");
+  if (q == -1) return wrap_sub(0, p);  // INT64_MIN / -1 wraps
+  int64_t quot = p / q;
+  if ((p % q != 0) && ((p < 0) != (q < 0))) --quot;
+  return quot;
+}
+
+int64_t remainder_int(int64_t p, int64_t q) {
+  check_divisor(q, "remainder");
+  if (q == -1) return 0;
+  int64_t mod = p % q;
+  if (mod != 0 && ((mod < 0) != (q < 0))) mod += q;
+  return mod;
+}
+
+// Integer power by squaring; negative exponents give the truncated real
+// result (0 unless the base is 1 or -1).
+int64_t pow_int(int64_t base, int64_t exp) {
+  if (exp < 0) {
+    if (base == 1) return 1;
+    if (base == -1) return (exp & 1) ? -1 : 1;
+    return 0;
+  }
+  int64_t result = 1;
+  while (exp > 0) {
+    if (exp & 1) result = wrap_mul(result, base);
+    base = wrap_mul(base, base);
+    exp >>= 1;
+  }
+  return result;
+}
+
+void unary_int(VecOp op, const IntArgs& x) {
+  auto map = [&](auto f) { map_unary(x.a, x.out, x.n, f); };
+  switch (op) {
+    case VecOp::kCopy:
+    case VecOp::kFloor:
+      map([](int64_t v) { return v; });
+      return;
+    case VecOp::kNeg:
+      map([](int64_t v) { return wrap_sub(0, v); });
+      return;
+    case VecOp::kAbs:
+      map([](int64_t v) { return v < 0 ? wrap_sub(0, v) : v; });
+      return;
+    case VecOp::kRelu:
+      map([](int64_t v) { return v > 0 ? v : int64_t{0}; });
+      return;
+    case VecOp::kLogicalNot:
+      map([](int64_t v) { return int64_t{v == 0}; });
+      return;
+    default:
+      device_error(
+          rt::str("vector: op ", static_cast<int>(op), " has no integer form"));
+  }
+}
+
+void binary_int(VecOp op, const IntArgs& x) {
+  auto map = [&](auto f) { map_binary(x.a, x.b, x.out, x.n, f); };
+  switch (op) {
+    case VecOp::kAdd:
+      map(wrap_add);
+      return;
+    case VecOp::kSub:
+      map(wrap_sub);
+      return;
+    case VecOp::kMul:
+      map(wrap_mul);
+      return;
+    case VecOp::kDiv:
+      map(floor_div);
+      return;
+    case VecOp::kRemainder:
+      map(remainder_int);
+      return;
+    case VecOp::kPow:
+      map(pow_int);
+      return;
+    case VecOp::kMax:
+      map([](int64_t p, int64_t q) { return std::max(p, q); });
+      return;
+    case VecOp::kMin:
+      map([](int64_t p, int64_t q) { return std::min(p, q); });
+      return;
+    case VecOp::kEq:
+      map([](int64_t p, int64_t q) { return int64_t{p == q}; });
+      return;
+    case VecOp::kNe:
+      map([](int64_t p, int64_t q) { return int64_t{p != q}; });
+      return;
+    case VecOp::kLt:
+      map([](int64_t p, int64_t q) { return int64_t{p < q}; });
+      return;
+    case VecOp::kLe:
+      map([](int64_t p, int64_t q) { return int64_t{p <= q}; });
+      return;
+    case VecOp::kGt:
+      map([](int64_t p, int64_t q) { return int64_t{p > q}; });
+      return;
+    case VecOp::kGe:
+      map([](int64_t p, int64_t q) { return int64_t{p >= q}; });
+      return;
+    case VecOp::kLogicalAnd:
+      map([](int64_t p, int64_t q) { return int64_t{p != 0 && q != 0}; });
+      return;
+    case VecOp::kLogicalOr:
+      map([](int64_t p, int64_t q) { return int64_t{p != 0 || q != 0}; });
+      return;
+    default:
+      device_error(
+          rt::str("vector: op ", static_cast<int>(op), " has no integer form"));
+  }
+}
+
+// ---- driver ----------------------------------------------------------------
+
+struct Operands {
+  TileRef dst, src0, src1, src2;
+};
+
+Operands bind_operands(const rt::Vector& v, std::span<uint8_t> spad) {
+  Operands ops;
+  int n = arity(v.op);
+  ops.dst = bind_tile(spad, v.dst, v.rows, v.cols, "vector dst");
+  if (n >= 1) ops.src0 = bind_tile(spad, v.src0, v.rows, v.cols, "vector src0");
+  if (n >= 2 && !(n == 2 && v.src1_is_imm)) {
+    ops.src1 = bind_tile(spad, v.src1, v.rows, v.cols, "vector src1");
+  }
+  if (n == 3) ops.src2 = bind_tile(spad, v.src2, v.rows, v.cols, "vector src2");
+  return ops;
+}
+
+// Scratch buffers, one set per host thread (cores run on a thread pool).
+template <typename T>
+struct ChunkBuffers {
+  T a[kChunk], b[kChunk], c[kChunk], out[kChunk];
+  float cond[kChunk];  // select's condition, always tested as a float
+};
+
+int64_t imm_as_int(double v) {
+  if (v != v) return 0;
+  if (v >= 9.2233720368547758e18) return std::numeric_limits<int64_t>::max();
+  if (v < -9.2233720368547758e18) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(v);
+}
+
+void run_float_chunk(const rt::Vector& v, const Operands& ops, uint32_t r,
+                     uint32_t c0, uint32_t n, ChunkBuffers<float>& buf) {
+  FloatArgs args{buf.a, buf.b, buf.out, n};
+  switch (arity(v.op)) {
+    case 0:
+      for (uint32_t i = 0; i < n; ++i) {
+        double index = static_cast<double>(r) * v.cols + (c0 + i);
+        buf.out[i] = static_cast<float>(
+            v.op == VecOp::kFill ? v.imm : v.imm + index * v.imm2);
+      }
+      break;
+    case 1:
+      load_floats(ops.src0, r, c0, n, buf.a);
+      unary_float(v.op, args);
+      break;
+    case 2:
+      load_floats(ops.src0, r, c0, n, buf.a);
+      if (v.src1_is_imm) {
+        std::fill_n(buf.b, n, static_cast<float>(v.imm));
+      } else {
+        load_floats(ops.src1, r, c0, n, buf.b);
+      }
+      binary_float(v.op, args);
+      break;
+    default:
+      load_floats(ops.src0, r, c0, n, buf.cond);
+      load_floats(ops.src1, r, c0, n, buf.b);
+      load_floats(ops.src2, r, c0, n, buf.c);
+      map_select(buf.cond, buf.b, buf.c, buf.out, n);
+      break;
+  }
+  store_floats(ops.dst, r, c0, n, buf.out);
+}
+
+void run_int_chunk(const rt::Vector& v, const Operands& ops, uint32_t r,
+                   uint32_t c0, uint32_t n, ChunkBuffers<int64_t>& buf) {
+  IntArgs args{buf.a, buf.b, buf.out, n};
+  switch (arity(v.op)) {
+    case 0: {
+      int64_t start = imm_as_int(v.imm);
+      int64_t step = imm_as_int(v.imm2);
+      for (uint32_t i = 0; i < n; ++i) {
+        int64_t index = static_cast<int64_t>(r) * v.cols + (c0 + i);
+        buf.out[i] = v.op == VecOp::kFill
+                         ? start
+                         : wrap_add(start, wrap_mul(index, step));
+      }
+      break;
+    }
+    case 1:
+      load_ints(ops.src0, r, c0, n, buf.a);
+      unary_int(v.op, args);
+      break;
+    case 2:
+      load_ints(ops.src0, r, c0, n, buf.a);
+      if (v.src1_is_imm) {
+        std::fill_n(buf.b, n, imm_as_int(v.imm));
+      } else {
+        load_ints(ops.src1, r, c0, n, buf.b);
+      }
+      binary_int(v.op, args);
+      break;
+    default:
+      load_floats(ops.src0, r, c0, n, buf.cond);
+      load_ints(ops.src1, r, c0, n, buf.b);
+      load_ints(ops.src2, r, c0, n, buf.c);
+      map_select(buf.cond, buf.b, buf.c, buf.out, n);
+      break;
+  }
+  store_ints(ops.dst, r, c0, n, buf.out);
+}
+
+template <typename T, typename RunChunk>
+void run_rows(const rt::Vector& v, const Operands& ops, RunChunk run_chunk) {
+  thread_local ChunkBuffers<T> buffers;
+  for (uint32_t r = 0; r < v.rows; ++r) {
+    for (uint32_t c0 = 0; c0 < v.cols; c0 += kChunk) {
+      run_chunk(v, ops, r, c0, std::min(kChunk, v.cols - c0), buffers);
+    }
+  }
+}
+
+}  // namespace
+
+void run_vector(const rt::Vector& v, std::span<uint8_t> spad) {
+  if (static_cast<int>(v.op) >= rt::kNumVecOps) {
+    device_error(rt::str("vector: unknown op code ", static_cast<int>(v.op)));
+  }
+  Operands ops = bind_operands(v, spad);
+  if (computes_in_float(v)) {
+    run_rows<float>(v, ops, run_float_chunk);
+  } else {
+    run_rows<int64_t>(v, ops, run_int_chunk);
+  }
+}
+
+}  // namespace spyre::sim
