@@ -1,0 +1,223 @@
+#include "allocator.h"
+
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+
+#include "device_state.h"
+#include "pinned_host.h"
+#include "spyre/runtime/allocator.h"
+
+namespace spyre::torch_glue {
+namespace {
+
+// Cumulative figures PyTorch's stats expect that the runtime does not keep
+// (bytes ever allocated and freed), and baselines for "reset accumulated".
+struct DeviceCounters {
+  std::atomic<int64_t> allocated_bytes{0};
+  std::atomic<int64_t> freed_bytes{0};
+  std::atomic<int64_t> alloc_count_base{0};
+  std::atomic<int64_t> free_count_base{0};
+};
+
+DeviceCounters& counters(c10::DeviceIndex index) {
+  static std::array<DeviceCounters, 64> all;
+  return all[index];
+}
+
+void delete_allocation(void* context) {
+  auto* allocation = static_cast<Allocation*>(context);
+  if (allocation->ptr != 0) {
+    try {
+      runtime_allocator(allocation->device).free(allocation->ptr);
+      counters(allocation->device).freed_bytes +=
+          allocation->layout->device_bytes();
+    } catch (const std::exception& error) {
+      // A deleter must not throw; a failed free leaks the block, visibly.
+      TORCH_WARN("spyre: freeing device memory failed: ", error.what());
+    }
+  }
+  delete allocation;
+}
+
+void fill_stat(c10::CachingAllocator::StatArray& stat, int64_t current,
+               int64_t peak, int64_t allocated, int64_t freed) {
+  auto& aggregate =
+      stat[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  aggregate.current = current;
+  aggregate.peak = peak;
+  aggregate.allocated = allocated;
+  aggregate.freed = freed;
+}
+
+class SpyreDeviceAllocator final : public c10::DeviceAllocator {
+ public:
+  // Storage made by generic code (UntypedStorage(n, device="spyre"), storage
+  // copies, deserialisation) has no shape: a 1-D byte layout.
+  c10::DataPtr allocate(size_t bytes) override {
+    const int64_t size = static_cast<int64_t>(bytes);
+    return allocate_with_layout(current_device(),
+                                make_default_layout({&size, 1}, 1));
+  }
+
+  void copy_data(void* dest, const void* src,
+                 std::size_t count) const override {
+    const c10::DeviceIndex index = current_device();
+    call_runtime([&] {
+      runtime_device(index).copy_on_device(
+          reinterpret_cast<rt::DevicePtr>(dest),
+          reinterpret_cast<rt::DevicePtr>(src), count);
+    });
+  }
+
+  bool initialized() override { return device_count() > 0; }
+
+  void emptyCache(c10::MempoolId_t /*pool*/) override {
+    for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
+      if (device_initialized(i))
+        call_runtime([&] { runtime_allocator(i).empty_cache(); });
+    }
+  }
+
+  void recordStream(const c10::DataPtr& data, c10::Stream stream) override {
+    record_stream(data, stream);
+  }
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(
+      c10::DeviceIndex index) override {
+    index = resolve_device_index(index);
+    const rt::AllocatorStats s =
+        call_runtime([&] { return runtime_allocator(index).stats(); });
+    const DeviceCounters& c = counters(index);
+    const auto i64 = [](uint64_t v) { return static_cast<int64_t>(v); };
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    fill_stat(stats.allocated_bytes, i64(s.allocated_bytes),
+              i64(s.peak_allocated_bytes), c.allocated_bytes.load(),
+              c.freed_bytes.load());
+    fill_stat(stats.active_bytes, i64(s.allocated_bytes),
+              i64(s.peak_allocated_bytes), c.allocated_bytes.load(),
+              c.freed_bytes.load());
+    fill_stat(stats.reserved_bytes, i64(s.reserved_bytes),
+              i64(s.peak_reserved_bytes), 0, 0);
+    fill_stat(stats.requested_bytes, i64(s.requested_bytes),
+              i64(s.requested_bytes), 0, 0);
+    fill_stat(stats.inactive_split_bytes, i64(s.inactive_split_bytes),
+              i64(s.inactive_split_bytes), 0, 0);
+    fill_stat(stats.allocation, i64(s.allocation_count),
+              i64(s.allocation_count),
+              i64(s.num_allocs) - c.alloc_count_base.load(),
+              i64(s.num_frees) - c.free_count_base.load());
+    fill_stat(stats.active, i64(s.allocation_count), i64(s.allocation_count),
+              i64(s.num_allocs) - c.alloc_count_base.load(),
+              i64(s.num_frees) - c.free_count_base.load());
+    fill_stat(stats.segment, i64(s.segment_count), i64(s.segment_count),
+              i64(s.num_device_allocs), i64(s.num_device_frees));
+    stats.num_ooms = i64(s.num_ooms);
+    stats.num_alloc_retries = i64(s.num_cache_flushes);
+    stats.num_device_alloc = i64(s.num_device_allocs);
+    stats.num_device_free = i64(s.num_device_frees);
+    return stats;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex index) override {
+    index = resolve_device_index(index);
+    const rt::AllocatorStats s =
+        call_runtime([&] { return runtime_allocator(index).stats(); });
+    DeviceCounters& c = counters(index);
+    c.allocated_bytes = 0;
+    c.freed_bytes = 0;
+    c.alloc_count_base = static_cast<int64_t>(s.num_allocs);
+    c.free_count_base = static_cast<int64_t>(s.num_frees);
+  }
+
+  void resetPeakStats(c10::DeviceIndex index) override {
+    index = resolve_device_index(index);
+    call_runtime([&] { runtime_allocator(index).reset_peak_stats(); });
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex index) override {
+    index = resolve_device_index(index);
+    return call_runtime([&] {
+      const uint64_t total = runtime_device(index).properties().memory_bytes;
+      return std::pair<size_t, size_t>(
+          runtime_allocator(index).device_free_bytes(), total);
+    });
+  }
+};
+
+void free_pinned(void* ptr) { PinnedHostMemory::get().free(ptr); }
+
+class PinnedHostAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t bytes) override {
+    void* ptr = nullptr;
+    try {
+      ptr = PinnedHostMemory::get().allocate(bytes);
+    } catch (const std::bad_alloc&) {
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "spyre: cannot allocate ",
+                       bytes, " bytes of pinned host memory");
+    }
+    return {ptr, ptr, &free_pinned, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* dest, const void* src,
+                 std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+SpyreDeviceAllocator g_device_allocator;
+PinnedHostAllocator g_pinned_allocator;
+
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_device_allocator);
+
+}  // namespace
+
+c10::DataPtr allocate_with_layout(c10::DeviceIndex device,
+                                  DeviceLayout layout) {
+  device = resolve_device_index(device);
+  auto allocation = std::make_unique<Allocation>();
+  allocation->device = device;
+  allocation->layout = std::make_shared<const DeviceLayout>(std::move(layout));
+  const uint64_t bytes = allocation->layout->device_bytes();
+  if (bytes > 0) {
+    rt::Stream& stream = runtime_stream(current_stream(device));
+    allocation->ptr = call_runtime(
+        [&] { return runtime_allocator(device).allocate(bytes, &stream); });
+    counters(device).allocated_bytes += static_cast<int64_t>(bytes);
+  }
+  void* data = reinterpret_cast<void*>(allocation->ptr);
+  return {data, allocation.release(), &delete_allocation,
+          c10::Device(kSpyre, device)};
+}
+
+const Allocation& allocation_of(const c10::Storage& storage) {
+  const c10::DataPtr& data = storage.data_ptr();
+  TORCH_CHECK(data.device().type() == kSpyre &&
+                  data.get_deleter() == &delete_allocation,
+              "spyre: storage on ", data.device(),
+              " was not allocated by the spyre allocator");
+  return *static_cast<const Allocation*>(data.get_context());
+}
+
+void record_stream(const c10::DataPtr& data, const c10::Stream& stream) {
+  if (data.get_deleter() != &delete_allocation) return;
+  const auto* allocation = static_cast<const Allocation*>(data.get_context());
+  if (allocation->ptr == 0) return;
+  TORCH_CHECK_VALUE(stream.device_index() == allocation->device,
+                    "spyre: a tensor of device ", int(allocation->device),
+                    " cannot be recorded on a stream of device ",
+                    int(stream.device_index()));
+  rt::Stream& target = runtime_stream(stream);
+  call_runtime([&] {
+    runtime_allocator(allocation->device)
+        .record_stream(allocation->ptr, target);
+  });
+}
+
+c10::DeviceAllocator* device_allocator() { return &g_device_allocator; }
+c10::Allocator* pinned_host_allocator() { return &g_pinned_allocator; }
+
+}  // namespace spyre::torch_glue

@@ -1,0 +1,244 @@
+// Copies between host and device, device and device, and across devices,
+// honouring storage offsets and strides of views on both sides.
+#include <ATen/core/Tensor.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "allocator.h"
+#include "device_state.h"
+#include "pinned_host.h"
+#include "spyre/runtime/stream.h"
+#include "storage_ops.h"
+
+namespace spyre::torch_glue {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+rt::Stream& stream_of(c10::DeviceIndex device) {
+  return runtime_stream(current_stream(device));
+}
+
+void wait_for(rt::Stream& stream) {
+  call_runtime([&] { stream.synchronize(); });
+}
+
+// A CPU tensor reading or writing `view`'s elements inside `image`.
+at::Tensor view_in_image(const at::Tensor& view, const at::Tensor& image) {
+  const int64_t elements = image.numel() / view.element_size();
+  return at::from_blob(image.data_ptr(), {elements},
+                       at::TensorOptions().dtype(view.scalar_type()))
+      .as_strided(view.sizes(), view.strides(), view.storage_offset());
+}
+
+// Device -> host into a CPU tensor of the same dtype and shape.
+void copy_to_host(const at::Tensor& src, const at::Tensor& dst,
+                  bool non_blocking) {
+  const c10::Storage storage = src.storage();
+  const Allocation& allocation = allocation_of(storage);
+  if (storage.nbytes() == 0 || src.numel() == 0) return;
+  rt::Device* device = &runtime_device(allocation.device);
+  const auto layout = allocation.layout;
+  const rt::DevicePtr ptr = allocation.ptr;
+  const bool straight = covers_storage(src) && dst.is_contiguous() &&
+                        dst.nbytes() == storage.nbytes();
+  // The work keeps the storage and the destination alive until it runs.
+  auto work = [device, layout, ptr, storage, src, dst, straight]() {
+    Bytes staging(layout->device_bytes());
+    const double ns = device->copy_to_host(staging.data(), ptr, staging.size());
+    if (straight) {
+      unpack(*layout, staging.data(), static_cast<uint8_t*>(dst.data_ptr()));
+    } else {
+      at::Tensor image =
+          at::empty({static_cast<int64_t>(storage.nbytes())}, at::kByte);
+      unpack(*layout, staging.data(), image.data_ptr<uint8_t>());
+      dst.copy_(view_in_image(src, image));
+    }
+    return ns;
+  };
+  rt::Stream& stream = stream_of(allocation.device);
+  const bool async =
+      non_blocking &&
+      at::detail::getPrivateUse1Hooks().isPinnedPtr(dst.data_ptr());
+  call_runtime([&] { stream.enqueue(work); });
+  if (!async) wait_for(stream);
+}
+
+// Host -> device from a CPU tensor of dst's dtype and shape.
+void copy_from_host(const at::Tensor& src, const at::Tensor& dst,
+                    bool non_blocking) {
+  if (dst.numel() == 0) return;
+  if (covers_storage(dst)) {
+    const at::Tensor image = src.contiguous();
+    write_image(dst.storage(), static_cast<const uint8_t*>(image.data_ptr()),
+                non_blocking);
+    return;
+  }
+  at::Tensor image = host_image(dst.storage());
+  view_in_image(dst, image).copy_(src);
+  write_image(dst.storage(), image.data_ptr<uint8_t>(), non_blocking);
+}
+
+bool same_device_raw_copy(const at::Tensor& src, const at::Tensor& dst) {
+  return src.device() == dst.device() &&
+         src.scalar_type() == dst.scalar_type() && covers_storage(src) &&
+         covers_storage(dst) &&
+         tensor_layout(src).same_placement(tensor_layout(dst));
+}
+
+void copy_on_device(const at::Tensor& src, const at::Tensor& dst,
+                    bool non_blocking) {
+  if (dst.numel() == 0) return;
+  if (same_device_raw_copy(src, dst)) {
+    const Allocation& from = allocation_of(src.storage());
+    const Allocation& to = allocation_of(dst.storage());
+    rt::Device* device = &runtime_device(to.device);
+    const uint64_t bytes = to.layout->device_bytes();
+    auto work = [device, from_ptr = from.ptr, to_ptr = to.ptr, bytes,
+                 keep = std::make_pair(src.storage(), dst.storage())]() {
+      return device->copy_on_device(to_ptr, from_ptr, bytes);
+    };
+    rt::Stream& stream = stream_of(to.device);
+    call_runtime([&] { stream.enqueue(work); });
+    if (!non_blocking) wait_for(stream);
+    return;
+  }
+  // Different layouts, views, dtypes or devices: through the host image of
+  // the source (which waits for the source's device).
+  at::Tensor image = host_image(src.storage());
+  at::Tensor values =
+      view_in_image(src, image).to(dst.scalar_type()).expand(dst.sizes());
+  copy_from_host(values, dst, non_blocking);
+}
+
+at::Tensor spyre_copy_from(const at::Tensor& self, const at::Tensor& dst,
+                           bool non_blocking) {
+  TORCH_CHECK_VALUE(self.is_privateuseone() || dst.is_privateuseone(),
+                    "spyre: _copy_from needs a spyre tensor");
+  if (dst.is_privateuseone() && self.is_privateuseone()) {
+    copy_on_device(self, dst, non_blocking);
+  } else if (dst.is_privateuseone()) {
+    TORCH_CHECK(self.is_cpu(), "spyre: cannot copy from ", self.device(),
+                " to spyre");
+    at::Tensor src = self.to(dst.scalar_type()).expand(dst.sizes());
+    copy_from_host(src, dst, non_blocking);
+  } else {
+    TORCH_CHECK(dst.is_cpu(), "spyre: cannot copy from spyre to ",
+                dst.device());
+    if (dst.scalar_type() == self.scalar_type() &&
+        dst.sizes() == self.sizes()) {
+      copy_to_host(self, dst, non_blocking);
+    } else {
+      at::Tensor staged =
+          at::empty(self.sizes(), self.options().device(at::kCPU));
+      copy_to_host(self, staged, false);
+      dst.copy_(staged);
+    }
+  }
+  return dst;
+}
+
+at::Tensor spyre_copy_from_and_resize(const at::Tensor& self,
+                                      const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return spyre_copy_from(self, dst, false);
+}
+
+at::Scalar spyre_local_scalar_dense(const at::Tensor& self) {
+  at::Tensor value = at::empty({}, self.options().device(at::kCPU));
+  copy_to_host(self.reshape({}), value, false);
+  return at::native::_local_scalar_dense_cpu(value);
+}
+
+}  // namespace
+
+bool covers_storage(const at::Tensor& tensor) {
+  return tensor.storage_offset() == 0 && tensor.is_contiguous() &&
+         tensor.nbytes() == tensor.storage().nbytes();
+}
+
+const DeviceLayout& tensor_layout(const at::Tensor& tensor) {
+  TORCH_CHECK_VALUE(tensor.is_privateuseone(),
+                    "spyre: expected a spyre tensor, got one on ",
+                    tensor.device());
+  return *allocation_of(tensor.storage()).layout;
+}
+
+at::Tensor host_image(const c10::Storage& storage) {
+  const Allocation& allocation = allocation_of(storage);
+  at::Tensor image =
+      at::empty({static_cast<int64_t>(storage.nbytes())}, at::kByte);
+  if (storage.nbytes() == 0) return image;
+  TORCH_INTERNAL_ASSERT(allocation.layout->host_bytes() == storage.nbytes(),
+                        "spyre: storage of ", storage.nbytes(),
+                        " bytes has layout ", allocation.layout->to_string());
+  rt::Device* device = &runtime_device(allocation.device);
+  auto staging = std::make_shared<Bytes>(allocation.layout->device_bytes());
+  auto work = [device, staging, ptr = allocation.ptr, storage]() {
+    return device->copy_to_host(staging->data(), ptr, staging->size());
+  };
+  rt::Stream& stream = stream_of(allocation.device);
+  call_runtime([&] { stream.enqueue(work); });
+  wait_for(stream);
+  unpack(*allocation.layout, staging->data(), image.data_ptr<uint8_t>());
+  return image;
+}
+
+void write_image(const c10::Storage& storage, const uint8_t* image,
+                 bool non_blocking) {
+  const Allocation& allocation = allocation_of(storage);
+  if (storage.nbytes() == 0) return;
+  auto staging = std::make_shared<Bytes>(allocation.layout->device_bytes());
+  pack(*allocation.layout, image, staging->data());
+  rt::Device* device = &runtime_device(allocation.device);
+  auto work = [device, staging, ptr = allocation.ptr, storage]() {
+    return device->copy_to_device(ptr, staging->data(), staging->size());
+  };
+  rt::Stream& stream = stream_of(allocation.device);
+  call_runtime([&] { stream.enqueue(work); });
+  if (!non_blocking) wait_for(stream);
+}
+
+void resize_storage(const c10::Storage& storage, size_t new_bytes,
+                    DeviceLayout layout) {
+  TORCH_CHECK(storage.resizable(),
+              "spyre: trying to resize a storage that is not resizable");
+  TORCH_INTERNAL_ASSERT(layout.host_bytes() == new_bytes);
+  const c10::DeviceIndex device = storage.device().index();
+  at::Tensor old_image = host_image(storage);
+  c10::DataPtr fresh = allocate_with_layout(device, std::move(layout));
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(std::move(fresh));
+  impl->set_nbytes(new_bytes);
+  if (new_bytes == 0) return;
+  at::Tensor image = at::zeros({static_cast<int64_t>(new_bytes)}, at::kByte);
+  const size_t kept = std::min<size_t>(new_bytes, old_image.numel());
+  std::memcpy(image.data_ptr(), old_image.data_ptr(), kept);
+  write_image(storage, image.data_ptr<uint8_t>(), false);
+}
+
+void resize_storage_bytes(const c10::Storage& storage, size_t new_bytes) {
+  const int64_t size = static_cast<int64_t>(new_bytes);
+  resize_storage(storage, new_bytes, make_default_layout({&size, 1}, 1));
+}
+
+void copy_tensor(const at::Tensor& src, const at::Tensor& dst,
+                 bool non_blocking) {
+  spyre_copy_from(src, dst, non_blocking);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_copy_from", TORCH_FN(spyre_copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(spyre_copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(spyre_local_scalar_dense));
+}
+
+}  // namespace spyre::torch_glue

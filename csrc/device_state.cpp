@@ -1,0 +1,161 @@
+#include "device_state.h"
+
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+namespace spyre::torch_glue {
+namespace {
+
+constexpr size_t kMaxDevices = 64;
+constexpr uint64_t kPoolStreamsPerDevice = 8;
+
+std::array<std::atomic<bool>, kMaxDevices>& initialized_flags() {
+  static std::array<std::atomic<bool>, kMaxDevices> flags{};
+  return flags;
+}
+
+thread_local c10::DeviceIndex tls_device = 0;
+// Per device: the id of the thread's current stream (default 0).
+thread_local std::vector<c10::StreamId> tls_streams;
+
+struct StreamPool {
+  std::mutex mutex;
+  std::vector<uint64_t> ids;
+  std::atomic<uint64_t> next{0};
+};
+
+StreamPool& stream_pool(c10::DeviceIndex index) {
+  static std::array<StreamPool, kMaxDevices> pools;
+  return pools[index];
+}
+
+c10::Stream make_stream(c10::DeviceIndex index, uint64_t id) {
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kSpyre, index),
+                     static_cast<c10::StreamId>(id));
+}
+
+}  // namespace
+
+[[noreturn]] void rethrow_as_torch_error(const rt::Error& error) {
+  switch (error.code()) {
+    case rt::ErrorCode::kOutOfMemory:
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "spyre: ", error.what());
+    case rt::ErrorCode::kInvalidArgument:
+      TORCH_CHECK_VALUE(false, "spyre: ", error.what());
+    default:
+      TORCH_CHECK(false, "spyre (", rt::error_code_name(error.code()),
+                  "): ", error.what());
+  }
+}
+
+rt::Runtime& runtime() {
+  return call_runtime([]() -> rt::Runtime& { return rt::Runtime::get(); });
+}
+
+c10::DeviceIndex device_count() noexcept {
+  try {
+    return static_cast<c10::DeviceIndex>(rt::Runtime::get().device_count());
+  } catch (...) {
+    return 0;
+  }
+}
+
+void check_device_index(c10::DeviceIndex index) {
+  const c10::DeviceIndex count = device_count();
+  TORCH_CHECK_VALUE(index >= 0 && index < count, "spyre: device index ",
+                    int(index), " is out of range; this process has ",
+                    int(count),
+                    " spyre device(s) (the sim backend reads their number from "
+                    "SPYRE_SIM_DEVICES)");
+  TORCH_CHECK(static_cast<size_t>(index) < kMaxDevices, "spyre: at most ",
+              kMaxDevices, " devices are supported");
+}
+
+c10::DeviceIndex resolve_device_index(c10::DeviceIndex index) {
+  if (index < 0) return current_device();
+  check_device_index(index);
+  return index;
+}
+
+bool device_initialized(c10::DeviceIndex index) {
+  return index >= 0 && static_cast<size_t>(index) < kMaxDevices &&
+         initialized_flags()[index].load();
+}
+
+c10::DeviceIndex current_device() { return tls_device; }
+
+void set_current_device(c10::DeviceIndex index) {
+  if (index < 0) return;  // "the current device"
+  check_device_index(index);
+  tls_device = index;
+}
+
+rt::Device& runtime_device(c10::DeviceIndex index) {
+  check_device_index(index);
+  initialized_flags()[index].store(true);
+  return call_runtime([&]() -> rt::Device& { return runtime().device(index); });
+}
+
+rt::CachingAllocator& runtime_allocator(c10::DeviceIndex index) {
+  check_device_index(index);
+  initialized_flags()[index].store(true);
+  return call_runtime(
+      [&]() -> rt::CachingAllocator& { return runtime().allocator(index); });
+}
+
+c10::Stream current_stream(c10::DeviceIndex index) {
+  index = resolve_device_index(index);
+  if (static_cast<size_t>(index) >= tls_streams.size())
+    return make_stream(index, 0);
+  return make_stream(index, static_cast<uint64_t>(tls_streams[index]));
+}
+
+c10::Stream default_stream(c10::DeviceIndex index) {
+  return make_stream(resolve_device_index(index), 0);
+}
+
+c10::Stream new_stream(c10::DeviceIndex index) {
+  index = resolve_device_index(index);
+  initialized_flags()[index].store(true);
+  return call_runtime(
+      [&] { return make_stream(index, runtime().create_stream(index).id()); });
+}
+
+c10::Stream pool_stream(c10::DeviceIndex index) {
+  index = resolve_device_index(index);
+  StreamPool& pool = stream_pool(index);
+  const uint64_t slot = pool.next.fetch_add(1) % kPoolStreamsPerDevice;
+  std::lock_guard<std::mutex> lock(pool.mutex);
+  while (pool.ids.size() <= slot) {
+    pool.ids.push_back(static_cast<uint64_t>(new_stream(index).id()));
+  }
+  return make_stream(index, pool.ids[slot]);
+}
+
+c10::Stream exchange_stream(c10::Stream stream) {
+  const c10::DeviceIndex index = stream.device_index();
+  check_device_index(index);
+  c10::Stream previous = current_stream(index);
+  if (tls_streams.size() <= static_cast<size_t>(index)) {
+    tls_streams.resize(index + 1, 0);
+  }
+  tls_streams[index] = stream.id();
+  return previous;
+}
+
+rt::Stream& runtime_stream(const c10::Stream& stream) {
+  TORCH_CHECK(stream.device_type() == kSpyre,
+              "spyre: expected a spyre stream, got ", stream);
+  const c10::DeviceIndex index = stream.device_index();
+  check_device_index(index);
+  initialized_flags()[index].store(true);
+  return call_runtime([&]() -> rt::Stream& {
+    return runtime().stream(index, static_cast<uint64_t>(stream.id()));
+  });
+}
+
+}  // namespace spyre::torch_glue

@@ -1,0 +1,59 @@
+// Per-thread device and stream state of the spyre device, and the mapping
+// between runtime errors and PyTorch's (c10 only, no ATen).
+//
+// c10::Stream ids are the runtime's stream ids (dense per device, 0 is the
+// default stream), so a c10::Stream converts to a runtime stream with no
+// table.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+
+#include <utility>
+
+#include "spyre/runtime/error.h"
+#include "spyre/runtime/runtime.h"
+
+namespace spyre::torch_glue {
+
+inline constexpr c10::DeviceType kSpyre = c10::DeviceType::PrivateUse1;
+
+// Never throws: 0 when the runtime cannot start.
+c10::DeviceIndex device_count() noexcept;
+// Raises a clear error for an index outside [0, device_count()).
+void check_device_index(c10::DeviceIndex index);
+// -1 means the current device.
+c10::DeviceIndex resolve_device_index(c10::DeviceIndex index);
+// True once the runtime of `index` has been used (PyTorch's primary context).
+bool device_initialized(c10::DeviceIndex index);
+
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);
+
+c10::Stream current_stream(c10::DeviceIndex index);
+c10::Stream default_stream(c10::DeviceIndex index);
+c10::Stream new_stream(c10::DeviceIndex index);
+c10::Stream pool_stream(c10::DeviceIndex index);
+// Sets the thread's current stream of the stream's device; returns the old.
+c10::Stream exchange_stream(c10::Stream stream);
+rt::Stream& runtime_stream(const c10::Stream& stream);
+
+rt::Runtime& runtime();  // starts the runtime; runtime errors -> c10 errors
+rt::Device& runtime_device(c10::DeviceIndex index);
+rt::CachingAllocator& runtime_allocator(c10::DeviceIndex index);
+
+// Rethrows a runtime error as the matching c10 error: OutOfMemory ->
+// c10::OutOfMemoryError (torch.OutOfMemoryError), InvalidArgument ->
+// c10::ValueError, anything else -> c10::Error (RuntimeError).
+[[noreturn]] void rethrow_as_torch_error(const rt::Error& error);
+
+template <typename Fn>
+decltype(auto) call_runtime(Fn&& fn) {
+  try {
+    return std::forward<Fn>(fn)();
+  } catch (const rt::Error& error) {
+    rethrow_as_torch_error(error);
+  }
+}
+
+}  // namespace spyre::torch_glue

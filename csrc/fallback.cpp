@@ -1,0 +1,101 @@
+// The CPU fallback for every operator without a spyre kernel: counted per
+// operator, warned about once, an error in strict mode. Device kernels are
+// registered per operator family in their own files with
+// TORCH_LIBRARY_IMPL(aten, PrivateUse1, m); a registered kernel takes
+// precedence over this fallback.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/CPUFallback.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+#include "device_state.h"
+#include "fallback_stats.h"
+#include "generator.h"
+
+namespace spyre::torch_glue {
+namespace {
+
+bool is_generator_argument(const c10::Argument& argument) {
+  const c10::TypePtr& type = argument.type();
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  if (auto optional = type->cast<c10::OptionalType>()) {
+    return optional->getElementType()->kind() == c10::TypeKind::GeneratorType;
+  }
+  return false;
+}
+
+// The device the operator runs for: its first spyre tensor argument's.
+c10::DeviceIndex operator_device(c10::ArrayRef<c10::IValue> arguments) {
+  for (const c10::IValue& value : arguments) {
+    if (value.isTensor() && value.toTensor().is_privateuseone()) {
+      return value.toTensor().device().index();
+    }
+    if (value.isTensorList()) {
+      for (const at::Tensor& tensor : value.toTensorList().vec()) {
+        if (tensor.is_privateuseone()) return tensor.device().index();
+      }
+    }
+  }
+  return current_device();
+}
+
+uint64_t largest_tensor(c10::ArrayRef<c10::IValue> arguments) {
+  uint64_t largest = 1;
+  for (const c10::IValue& value : arguments) {
+    if (value.isTensor()) {
+      largest = std::max<uint64_t>(largest, value.toTensor().numel());
+    }
+  }
+  return largest;
+}
+
+// Random operators draw from the spyre generator (given, or the device's
+// default), through a CPU generator seeded from its (seed, offset), so spyre
+// seeds decide the numbers of the fallback too.
+void substitute_generators(const c10::FunctionSchema& schema,
+                           torch::jit::Stack* stack) {
+  const size_t count = schema.arguments().size();
+  auto arguments = torch::jit::last(*stack, count);
+  for (size_t i = 0; i < count; ++i) {
+    if (!is_generator_argument(schema.arguments()[i])) continue;
+    c10::IValue& value = (*stack)[stack->size() - count + i];
+    at::Generator spyre;
+    if (value.isNone()) {
+      spyre = default_generator(operator_device(arguments));
+    } else if (value.isGenerator() &&
+               value.toGenerator().device().type() == kSpyre) {
+      spyre = value.toGenerator();
+    } else {
+      continue;
+    }
+    value = c10::IValue(cpu_generator_for(spyre, largest_tensor(arguments)));
+  }
+}
+
+void spyre_cpu_fallback(const c10::OperatorHandle& op,
+                        torch::jit::Stack* stack) {
+  const c10::OperatorName& name = op.schema().operator_name();
+  const std::string op_name = name.overload_name.empty()
+                                  ? name.name
+                                  : name.name + "." + name.overload_name;
+  const bool first = record_fallback(op_name);
+  TORCH_CHECK(!strict_mode(), "spyre: ", op_name,
+              " has no spyre kernel and strict mode forbids the CPU fallback "
+              "(unset SPYRE_STRICT or call torch.spyre.set_strict(False))");
+  if (first) {
+    TORCH_WARN("spyre: ", op_name,
+               " has no spyre kernel; it runs on the CPU (fallback, counted in "
+               "torch.spyre.fallback_stats())");
+  }
+  substitute_generators(op.schema(), stack);
+  at::native::cpu_fallback(op, stack);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&spyre_cpu_fallback>());
+}
+
+}  // namespace
+}  // namespace spyre::torch_glue

@@ -1,0 +1,292 @@
+#include "layout.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+namespace spyre::torch_glue {
+namespace {
+
+constexpr int64_t kStickBytes = 128;
+
+std::vector<int64_t> row_major_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (int64_t i = static_cast<int64_t>(sizes.size()) - 2; i >= 0; --i) {
+    strides[i] = strides[i + 1] * std::max<int64_t>(sizes[i + 1], 1);
+  }
+  return strides;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+std::string join(const std::vector<int64_t>& values) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    out << (i ? ", " : "") << values[i];
+  }
+  out << "]";
+  return out.str();
+}
+
+void fill_stride_map(DeviceLayout& layout) {
+  const auto host_strides = row_major_strides(layout.host_sizes);
+  layout.stride_map.assign(layout.device_size.size(), -1);
+  for (size_t k = 0; k < layout.device_size.size(); ++k) {
+    if (layout.dim_map[k] >= 0) {
+      layout.stride_map[k] =
+          layout.dim_step[k] * host_strides[layout.dim_map[k]];
+    }
+  }
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument("device layout: " + message);
+}
+
+// Checks that the device dims of host dim `h` tile it exactly once: sorted by
+// step they form a mixed radix starting at 1 that reaches the host size.
+void check_host_dim_tiling(const DeviceLayout& layout, int64_t h) {
+  std::vector<size_t> dims;
+  for (size_t k = 0; k < layout.dim_map.size(); ++k) {
+    if (layout.dim_map[k] == h) dims.push_back(k);
+  }
+  const int64_t size = layout.host_sizes[h];
+  if (dims.empty()) {
+    require(size <= 1, "host dimension " + std::to_string(h) + " of size " +
+                           std::to_string(size) + " has no device dimension");
+    return;
+  }
+  std::sort(dims.begin(), dims.end(), [&](size_t a, size_t b) {
+    return layout.dim_step[a] < layout.dim_step[b];
+  });
+  int64_t expected_step = 1;
+  for (size_t k : dims) {
+    require(layout.dim_step[k] == expected_step,
+            "device dimension " + std::to_string(k) + " steps " +
+                std::to_string(layout.dim_step[k]) + " along host dimension " +
+                std::to_string(h) + " where " + std::to_string(expected_step) +
+                " tiles it exactly");
+    expected_step *= layout.device_size[k];
+  }
+  require(expected_step >= size || size == 0,
+          "device dimensions cover " + std::to_string(expected_step) +
+              " of the " + std::to_string(size) +
+              " elements of host dimension " + std::to_string(h));
+}
+
+// Calls visit(stick_index, host_element_index, host_stick_stride, valid) for
+// each stick of the layout; `valid` elements of the stick hold host data.
+template <typename Visit>
+void for_each_stick(const DeviceLayout& layout, Visit&& visit) {
+  const size_t m = layout.device_size.size();
+  const int64_t sticks =
+      std::accumulate(layout.device_size.begin(), layout.device_size.end() - 1,
+                      int64_t{1}, std::multiplies<>());
+  if (sticks == 0 || layout.host_elements() == 0) return;
+  const auto host_strides = row_major_strides(layout.host_sizes);
+  const int64_t stick_dim = layout.dim_map[m - 1];
+  const int64_t per_stick = layout.device_size[m - 1];
+  const int64_t stick_stride = stick_dim >= 0 ? host_strides[stick_dim] : 0;
+  std::vector<int64_t> index(m - 1, 0);
+  std::vector<int64_t> coord(layout.host_sizes.size(), 0);
+  for (int64_t stick = 0; stick < sticks; ++stick) {
+    std::fill(coord.begin(), coord.end(), 0);
+    bool inside = true;
+    for (size_t k = 0; k + 1 < m; ++k) {
+      if (layout.dim_map[k] < 0) {
+        inside = inside && index[k] == 0;
+      } else {
+        coord[layout.dim_map[k]] += index[k] * layout.dim_step[k];
+      }
+    }
+    int64_t host_index = 0;
+    for (size_t h = 0; h < coord.size() && inside; ++h) {
+      const int64_t limit = layout.host_sizes[h];
+      if (static_cast<int64_t>(h) != stick_dim && coord[h] >= limit)
+        inside = false;
+      host_index += coord[h] * host_strides[h];
+    }
+    if (inside) {
+      const int64_t start = stick_dim >= 0 ? coord[stick_dim] : 0;
+      const int64_t limit = stick_dim >= 0 ? layout.host_sizes[stick_dim] : 1;
+      const int64_t valid = std::clamp<int64_t>(limit - start, 0, per_stick);
+      if (valid > 0) visit(stick, host_index, stick_stride, valid);
+    }
+    for (int64_t k = static_cast<int64_t>(m) - 2; k >= 0; --k) {
+      if (++index[k] < layout.device_size[k]) break;
+      index[k] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+int64_t DeviceLayout::elements_per_stick() const {
+  return kStickBytes / element_size;
+}
+
+int64_t DeviceLayout::host_elements() const {
+  return std::accumulate(host_sizes.begin(), host_sizes.end(), int64_t{1},
+                         std::multiplies<>());
+}
+
+uint64_t DeviceLayout::host_bytes() const {
+  return static_cast<uint64_t>(host_elements()) * element_size;
+}
+
+uint64_t DeviceLayout::device_bytes() const {
+  const int64_t elements = std::accumulate(
+      device_size.begin(), device_size.end(), int64_t{1}, std::multiplies<>());
+  return static_cast<uint64_t>(elements) * element_size;
+}
+
+bool DeviceLayout::same_placement(const DeviceLayout& other) const {
+  return host_sizes == other.host_sizes && element_size == other.element_size &&
+         device_size == other.device_size && dim_map == other.dim_map &&
+         dim_step == other.dim_step;
+}
+
+std::string DeviceLayout::to_string() const {
+  return "DeviceLayout(host_size=" + join(host_sizes) +
+         ", element_size=" + std::to_string(element_size) +
+         ", device_size=" + join(device_size) +
+         ", stride_map=" + join(stride_map) + ")";
+}
+
+DeviceLayout make_default_layout(std::span<const int64_t> host_sizes,
+                                 uint32_t element_size, int64_t stick_dim) {
+  require(element_size == 1 || element_size == 2 || element_size == 4 ||
+              element_size == 8,
+          "element size " + std::to_string(element_size) +
+              " does not divide a 128-byte stick");
+  DeviceLayout layout;
+  layout.element_size = element_size;
+  layout.host_sizes.assign(host_sizes.begin(), host_sizes.end());
+  if (layout.host_sizes.empty()) layout.host_sizes = {1};  // a 0-d storage
+  const int64_t n = static_cast<int64_t>(layout.host_sizes.size());
+  for (int64_t size : layout.host_sizes) {
+    require(size >= 0, "negative size in " + join(layout.host_sizes));
+  }
+  const int64_t per_stick = layout.elements_per_stick();
+
+  std::vector<int64_t> kept;  // host dims that take part (size != 1)
+  for (int64_t h = 0; h < n; ++h) {
+    if (layout.host_sizes[h] != 1) kept.push_back(h);
+  }
+  if (kept.empty()) {  // every dim has size 1: one synthetic stick
+    layout.device_size = {1, per_stick};
+    layout.dim_map = {-1, n - 1};
+    layout.dim_step = {0, 1};
+    fill_stride_map(layout);
+    return layout;
+  }
+  int64_t stick;
+  if (stick_dim == -1) {
+    stick = kept.back();
+  } else {
+    stick = stick_dim < 0 ? stick_dim + n : stick_dim;
+    require(stick >= 0 && stick < n,
+            "stick dimension " + std::to_string(stick_dim) +
+                " is out of range for " + std::to_string(n) + " dimensions");
+    if (std::find(kept.begin(), kept.end(), stick) == kept.end()) {
+      kept.insert(std::upper_bound(kept.begin(), kept.end(), stick), stick);
+    }
+  }
+  std::vector<int64_t> rest;
+  for (int64_t h : kept) {
+    if (h != stick) rest.push_back(h);
+  }
+  const int64_t tiles = ceil_div(layout.host_sizes[stick], per_stick);
+  if (rest.empty()) {
+    layout.device_size = {tiles, per_stick};
+    layout.dim_map = {stick, stick};
+    layout.dim_step = {per_stick, 1};
+  } else {
+    for (size_t i = 1; i < rest.size(); ++i) {
+      layout.device_size.push_back(layout.host_sizes[rest[i]]);
+      layout.dim_map.push_back(rest[i]);
+      layout.dim_step.push_back(1);
+    }
+    layout.device_size.insert(layout.device_size.end(),
+                              {tiles, layout.host_sizes[rest[0]], per_stick});
+    layout.dim_map.insert(layout.dim_map.end(), {stick, rest[0], stick});
+    layout.dim_step.insert(layout.dim_step.end(), {per_stick, 1, 1});
+  }
+  fill_stride_map(layout);
+  return layout;
+}
+
+DeviceLayout make_layout(std::vector<int64_t> host_sizes, uint32_t element_size,
+                         std::vector<int64_t> device_size,
+                         std::vector<int64_t> dim_map,
+                         std::vector<int64_t> dim_step) {
+  DeviceLayout layout = make_default_layout(host_sizes, element_size);
+  const int64_t n = static_cast<int64_t>(layout.host_sizes.size());
+  require(!device_size.empty(), "device_size is empty");
+  require(dim_map.size() == device_size.size() &&
+              dim_step.size() == device_size.size(),
+          "device_size " + join(device_size) + ", dim_map " + join(dim_map) +
+              " and dim_step " + join(dim_step) + " differ in length");
+  for (size_t k = 0; k < device_size.size(); ++k) {
+    require(device_size[k] >= 0,
+            "negative device size in " + join(device_size));
+    require(dim_map[k] >= -1 && dim_map[k] < n,
+            "dim_map entry " + std::to_string(dim_map[k]) +
+                " is not a host dimension of " + join(layout.host_sizes));
+    require(dim_map[k] >= 0 || device_size[k] == 1,
+            "synthetic device dimension " + std::to_string(k) +
+                " must have size 1");
+  }
+  require(device_size.back() == layout.elements_per_stick() &&
+              dim_step.back() == 1 && dim_map.back() >= 0,
+          "the last device dimension must be one stick of " +
+              std::to_string(layout.elements_per_stick()) +
+              " elements with step 1, got size " +
+              std::to_string(device_size.back()));
+  layout.device_size = std::move(device_size);
+  layout.dim_map = std::move(dim_map);
+  layout.dim_step = std::move(dim_step);
+  for (int64_t h = 0; h < n; ++h) check_host_dim_tiling(layout, h);
+  fill_stride_map(layout);
+  return layout;
+}
+
+void pack(const DeviceLayout& layout, const uint8_t* image, uint8_t* device) {
+  std::memset(device, 0, layout.device_bytes());
+  const size_t es = layout.element_size;
+  const int64_t per_stick = layout.elements_per_stick();
+  for_each_stick(
+      layout, [&](int64_t stick, int64_t host, int64_t stride, int64_t valid) {
+        uint8_t* out = device + static_cast<size_t>(stick * per_stick) * es;
+        if (stride == 1) {
+          std::memcpy(out, image + static_cast<size_t>(host) * es, valid * es);
+          return;
+        }
+        for (int64_t e = 0; e < valid; ++e) {
+          std::memcpy(out + e * es,
+                      image + static_cast<size_t>(host + e * stride) * es, es);
+        }
+      });
+}
+
+void unpack(const DeviceLayout& layout, const uint8_t* device, uint8_t* image) {
+  const size_t es = layout.element_size;
+  const int64_t per_stick = layout.elements_per_stick();
+  for_each_stick(layout, [&](int64_t stick, int64_t host, int64_t stride,
+                             int64_t valid) {
+    const uint8_t* in = device + static_cast<size_t>(stick * per_stick) * es;
+    if (stride == 1) {
+      std::memcpy(image + static_cast<size_t>(host) * es, in, valid * es);
+      return;
+    }
+    for (int64_t e = 0; e < valid; ++e) {
+      std::memcpy(image + static_cast<size_t>(host + e * stride) * es,
+                  in + e * es, es);
+    }
+  });
+}
+
+}  // namespace spyre::torch_glue

@@ -1,0 +1,37 @@
+// Moving tensor data between the host and spyre storage (ATen).
+//
+// A spyre storage's bytes, as PyTorch sees them, form its host image: a flat
+// byte array of storage.nbytes(). On the device the image is kept in the
+// storage's stick layout (allocator.h). Reading a view converts the whole
+// layout to the image once and reads the view from it on the host; writing a
+// view that does not cover its storage reads the image, writes the view into
+// it and writes the image back (so padding and neighbouring data survive).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "layout.h"
+
+namespace spyre::torch_glue {
+
+// The storage's host image as a CPU uint8 tensor (waits for the device).
+at::Tensor host_image(const c10::Storage& storage);
+// Packs `image` (storage.nbytes() bytes) into the storage's layout and queues
+// the upload on the device's current stream; waits unless `non_blocking`.
+void write_image(const c10::Storage& storage, const uint8_t* image,
+                 bool non_blocking);
+// Replaces the storage's memory by `new_bytes` in `layout`, keeping the
+// common prefix of the old image.
+void resize_storage(const c10::Storage& storage, size_t new_bytes,
+                    DeviceLayout layout);
+void resize_storage_bytes(const c10::Storage& storage, size_t new_bytes);
+
+// dst.copy_(src) for any mix of spyre and CPU tensors; src broadcasts.
+void copy_tensor(const at::Tensor& src, const at::Tensor& dst,
+                 bool non_blocking);
+
+const DeviceLayout& tensor_layout(const at::Tensor& tensor);
+// True when `tensor` is the whole storage, contiguous, from offset 0.
+bool covers_storage(const at::Tensor& tensor);
+
+}  // namespace spyre::torch_glue
