@@ -1,0 +1,60 @@
+"""torch_spyre: the `spyre` PyTorch device (an emulated Spyre-class accelerator).
+
+Importing torch is enough: torch loads this package through its
+``torch.backends`` entry point (``_autoload``), which renames PrivateUse1 to
+``spyre``, registers ``torch.spyre`` and the generated ``.spyre()`` /
+``.is_spyre`` methods. One process can rename PrivateUse1 only once, so this
+package cannot be used beside another PrivateUse1 backend such as IBM's
+torch-spyre.
+
+Device layouts: ``tensor.device_tensor_layout()`` describes how a spyre
+tensor's storage sits on the device; ``torch_spyre.to_device(x, layout)``
+copies a tensor to the device in a non-default layout (``x.to("spyre")``
+always uses the default one).
+"""
+
+import torch
+
+from . import _C
+from ._layout import DeviceLayout, default_layout, empty, to_device
+
+__all__ = ["DeviceLayout", "default_layout", "empty", "to_device"]
+
+_BACKEND = "spyre"
+_registered = False
+
+
+def _rename_privateuse1():
+    current = torch._C._get_privateuse1_backend_name()
+    if current == _BACKEND:
+        return
+    if current != "privateuseone":
+        raise RuntimeError(
+            f"torch_spyre: PrivateUse1 is already registered as {current!r} in this "
+            "process (IBM's torch-spyre or another out-of-tree backend); only one "
+            "PrivateUse1 backend can be loaded per process. Uninstall the other one "
+            "or set TORCH_DEVICE_BACKEND_AUTOLOAD=0 and import only torch_spyre.")
+    torch.utils.rename_privateuse1_backend(_BACKEND)
+
+
+def _register():
+    global _registered
+    if _registered:
+        return
+    _rename_privateuse1()
+    from . import _device
+    if getattr(torch, _BACKEND, None) is not _device:
+        torch._register_device_module(_BACKEND, _device)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+    from . import _layout
+    torch.Tensor.device_tensor_layout = _layout.device_tensor_layout
+    _registered = True
+
+
+def _autoload():
+    """Entry point torch calls at import (group ``torch.backends``)."""
+    _register()
+
+
+_register()
