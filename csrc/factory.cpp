@@ -242,13 +242,13 @@ DeviceLayout storage_layout_for(at::IntArrayRef sizes, at::IntArrayRef strides,
 at::Tensor empty_with_layout(at::IntArrayRef sizes, at::ScalarType dtype,
                              c10::DeviceIndex device, DeviceLayout layout) {
   check_supported_dtype(dtype);
-  std::vector<int64_t> expected(sizes.begin(), sizes.end());
-  if (expected.empty()) expected = {1};
-  TORCH_CHECK_VALUE(layout.host_sizes == expected &&
-                        layout.element_size == c10::elementSize(dtype),
-                    "spyre: ", layout.to_string(),
-                    " does not fit a tensor of size ", sizes, " and dtype ",
-                    dtype);
+  const DeviceLayout shape_only =
+      make_default_layout(sizes, layout.element_size);
+  TORCH_CHECK_VALUE(
+      layout.squeezed_host_sizes() == shape_only.squeezed_host_sizes() &&
+          layout.element_size == c10::elementSize(dtype),
+      "spyre: ", layout.to_string(), " does not fit a tensor of size ", sizes,
+      " and dtype ", dtype);
   const size_t nbytes = layout.host_bytes();
   return tensor_on_storage(allocate_with_layout(device, std::move(layout)),
                            nbytes, sizes, c10::contiguous_strides(sizes),

@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "device_state.h"
 #include "fallback_stats.h"
@@ -74,6 +75,34 @@ void substitute_generators(const c10::FunctionSchema& schema,
   }
 }
 
+// PyTorch's own kernels reject mixed devices; the CPU fallback would
+// silently accept them, so check as a device kernel would: every tensor on
+// one spyre device, CPU tensors only as 0-dim scalars.
+void check_same_device(const std::string& op_name,
+                       c10::ArrayRef<c10::IValue> arguments) {
+  std::optional<c10::Device> device;
+  auto check = [&](const at::Tensor& tensor) {
+    if (!tensor.defined()) return;
+    if (tensor.is_cpu()) {
+      TORCH_CHECK_VALUE(tensor.dim() == 0, "spyre: ", op_name,
+                        ": expected all tensors on the same device, got a CPU "
+                        "tensor of size ",
+                        tensor.sizes(), " (move it with .to(\"spyre\"))");
+      return;
+    }
+    if (!device) device = tensor.device();
+    TORCH_CHECK_VALUE(tensor.device() == *device, "spyre: ", op_name,
+                      ": expected all tensors on the same device, got ",
+                      *device, " and ", tensor.device());
+  };
+  for (const c10::IValue& value : arguments) {
+    if (value.isTensor()) check(value.toTensor());
+    if (value.isTensorList()) {
+      for (const at::Tensor& tensor : value.toTensorList().vec()) check(tensor);
+    }
+  }
+}
+
 void spyre_cpu_fallback(const c10::OperatorHandle& op,
                         torch::jit::Stack* stack) {
   const c10::OperatorName& name = op.schema().operator_name();
@@ -89,6 +118,8 @@ void spyre_cpu_fallback(const c10::OperatorHandle& op,
                " has no spyre kernel; it runs on the CPU (fallback, counted in "
                "torch.spyre.fallback_stats())");
   }
+  check_same_device(op_name,
+                    torch::jit::last(*stack, op.schema().arguments().size()));
   substitute_generators(op.schema(), stack);
   at::native::cpu_fallback(op, stack);
 }

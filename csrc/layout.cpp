@@ -143,10 +143,19 @@ uint64_t DeviceLayout::device_bytes() const {
   return static_cast<uint64_t>(elements) * element_size;
 }
 
+std::vector<int64_t> DeviceLayout::squeezed_host_sizes() const {
+  std::vector<int64_t> sizes;
+  for (int64_t size : host_sizes) {
+    if (size != 1) sizes.push_back(size);
+  }
+  return sizes;
+}
+
 bool DeviceLayout::same_placement(const DeviceLayout& other) const {
-  return host_sizes == other.host_sizes && element_size == other.element_size &&
-         device_size == other.device_size && dim_map == other.dim_map &&
-         dim_step == other.dim_step;
+  return element_size == other.element_size &&
+         device_size == other.device_size && stride_map == other.stride_map &&
+         dim_step == other.dim_step &&
+         squeezed_host_sizes() == other.squeezed_host_sizes();
 }
 
 std::string DeviceLayout::to_string() const {
@@ -162,47 +171,49 @@ DeviceLayout make_default_layout(std::span<const int64_t> host_sizes,
               element_size == 8,
           "element size " + std::to_string(element_size) +
               " does not divide a 128-byte stick");
-  DeviceLayout layout;
-  layout.element_size = element_size;
-  layout.host_sizes.assign(host_sizes.begin(), host_sizes.end());
-  if (layout.host_sizes.empty()) layout.host_sizes = {1};  // a 0-d storage
-  const int64_t n = static_cast<int64_t>(layout.host_sizes.size());
-  for (int64_t size : layout.host_sizes) {
-    require(size >= 0, "negative size in " + join(layout.host_sizes));
+  const int64_t n = static_cast<int64_t>(host_sizes.size());
+  for (int64_t size : host_sizes) {
+    require(size >= 0,
+            "negative size in " + join({host_sizes.begin(), host_sizes.end()}));
   }
-  const int64_t per_stick = layout.elements_per_stick();
-
-  std::vector<int64_t> kept;  // host dims that take part (size != 1)
-  for (int64_t h = 0; h < n; ++h) {
-    if (layout.host_sizes[h] != 1) kept.push_back(h);
-  }
-  if (kept.empty()) {  // every dim has size 1: one synthetic stick
-    layout.device_size = {1, per_stick};
-    layout.dim_map = {-1, n - 1};
-    layout.dim_step = {0, 1};
-    fill_stride_map(layout);
-    return layout;
-  }
-  int64_t stick;
-  if (stick_dim == -1) {
-    stick = kept.back();
-  } else {
+  int64_t stick = -1;  // a host dimension chosen by the caller
+  if (stick_dim != -1) {
     stick = stick_dim < 0 ? stick_dim + n : stick_dim;
     require(stick >= 0 && stick < n,
             "stick dimension " + std::to_string(stick_dim) +
                 " is out of range for " + std::to_string(n) + " dimensions");
-    if (std::find(kept.begin(), kept.end(), stick) == kept.end()) {
-      kept.insert(std::upper_bound(kept.begin(), kept.end(), stick), stick);
+  }
+  // Size-1 dims take no part: the layout's host sizes are the others (the
+  // chosen stick dimension stays even when it has size 1).
+  DeviceLayout layout;
+  layout.element_size = element_size;
+  int64_t kept_stick = -1;
+  for (int64_t h = 0; h < n; ++h) {
+    if (host_sizes[h] != 1 || h == stick) {
+      if (h == stick)
+        kept_stick = static_cast<int64_t>(layout.host_sizes.size());
+      layout.host_sizes.push_back(host_sizes[h]);
     }
   }
-  std::vector<int64_t> rest;
-  for (int64_t h : kept) {
-    if (h != stick) rest.push_back(h);
+  const int64_t per_stick = layout.elements_per_stick();
+  if (layout.host_sizes.empty()) {  // 0-d or all ones: one synthetic stick
+    layout.host_sizes = {1};
+    layout.device_size = {1, per_stick};
+    layout.dim_map = {-1, 0};
+    layout.dim_step = {0, 1};
+    fill_stride_map(layout);
+    return layout;
   }
-  const int64_t tiles = ceil_div(layout.host_sizes[stick], per_stick);
+  const int64_t kept = static_cast<int64_t>(layout.host_sizes.size());
+  if (kept_stick < 0) kept_stick = kept - 1;
+  std::vector<int64_t> rest;
+  for (int64_t h = 0; h < kept; ++h) {
+    if (h != kept_stick) rest.push_back(h);
+  }
+  const int64_t tiles = ceil_div(layout.host_sizes[kept_stick], per_stick);
   if (rest.empty()) {
     layout.device_size = {tiles, per_stick};
-    layout.dim_map = {stick, stick};
+    layout.dim_map = {kept_stick, kept_stick};
     layout.dim_step = {per_stick, 1};
   } else {
     for (size_t i = 1; i < rest.size(); ++i) {
@@ -212,7 +223,8 @@ DeviceLayout make_default_layout(std::span<const int64_t> host_sizes,
     }
     layout.device_size.insert(layout.device_size.end(),
                               {tiles, layout.host_sizes[rest[0]], per_stick});
-    layout.dim_map.insert(layout.dim_map.end(), {stick, rest[0], stick});
+    layout.dim_map.insert(layout.dim_map.end(),
+                          {kept_stick, rest[0], kept_stick});
     layout.dim_step.insert(layout.dim_step.end(), {per_stick, 1, 1});
   }
   fill_stride_map(layout);
@@ -224,6 +236,7 @@ DeviceLayout make_layout(std::vector<int64_t> host_sizes, uint32_t element_size,
                          std::vector<int64_t> dim_map,
                          std::vector<int64_t> dim_step) {
   DeviceLayout layout = make_default_layout(host_sizes, element_size);
+  layout.host_sizes = host_sizes.empty() ? std::vector<int64_t>{1} : host_sizes;
   const int64_t n = static_cast<int64_t>(layout.host_sizes.size());
   require(!device_size.empty(), "device_size is empty");
   require(dim_map.size() == device_size.size() &&

@@ -30,11 +30,15 @@ struct DeviceLayout {
   int64_t host_elements() const;
   uint64_t host_bytes() const;
   uint64_t device_bytes() const;
+  // Same element places: equal device_size, stride_map, steps, element size
+  // and host sizes apart from size-1 dims.
   bool same_placement(const DeviceLayout& other) const;
+  std::vector<int64_t> squeezed_host_sizes() const;  // without size-1 dims
   std::string to_string() const;
 };
 
-// The default layout: with E = elements per stick and size-1 dims dropped,
+// The default layout (its host_sizes are `host_sizes` without size-1 dims,
+// or [1]): with E = elements per stick and size-1 dims dropped,
 // sizes [d0..dn-1] map to [d1, ..., dn-2, ceil(dn-1 / E), d0, E]; one
 // dimension to [ceil(d0 / E), E]; none to one synthetic stick [1, E].
 // `stick_dim` (a host dimension, negative counts from the end) picks another

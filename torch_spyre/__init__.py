@@ -13,10 +13,23 @@ copies a tensor to the device in a non-default layout (``x.to("spyre")``
 always uses the default one).
 """
 
+import warnings
+
 import torch
 
-from . import _C
-from ._layout import DeviceLayout, default_layout, empty, to_device
+try:
+    from . import _C
+except ImportError as error:
+    # `import torch` loads this package through its entry point and fails as
+    # a whole if the package raises; a broken build must not take torch down.
+    _C = None
+    _LOAD_ERROR = error
+    warnings.warn(f"torch_spyre: the native extension could not be loaded, the spyre "
+                  f"device is unavailable ({error}); rebuild with "
+                  f"`pip install --no-build-isolation -e .`")
+else:
+    _LOAD_ERROR = None
+    from ._layout import DeviceLayout, default_layout, empty, to_device
 
 __all__ = ["DeviceLayout", "default_layout", "empty", "to_device"]
 
@@ -39,14 +52,15 @@ def _rename_privateuse1():
 
 def _register():
     global _registered
-    if _registered:
+    if _registered or _C is None:
         return
     _rename_privateuse1()
     from . import _device
     if getattr(torch, _BACKEND, None) is not _device:
         torch._register_device_module(_BACKEND, _device)
-    torch.utils.generate_methods_for_privateuse1_backend(
-        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+    if not hasattr(torch.Tensor, "is_spyre"):  # a reloaded module keeps them
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
     from . import _layout
     torch.Tensor.device_tensor_layout = _layout.device_tensor_layout
     _registered = True
