@@ -158,6 +158,10 @@ at::Scalar spyre_local_scalar_dense(const at::Tensor& self) {
   return at::native::_local_scalar_dense_cpu(value);
 }
 
+void spyre_record_stream(at::Tensor& self, c10::Stream stream) {
+  record_stream(self.storage().data_ptr(), stream);
+}
+
 }  // namespace
 
 bool covers_storage(const at::Tensor& tensor) {
@@ -239,6 +243,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(spyre_copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(spyre_copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(spyre_local_scalar_dense));
+  m.impl("record_stream", TORCH_FN(spyre_record_stream));
 }
 
 }  // namespace spyre::torch_glue

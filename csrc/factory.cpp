@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 
 #include "allocator.h"
 #include "device_state.h"
@@ -191,6 +192,24 @@ at::Tensor& spyre_fill_tensor(at::Tensor& self, const at::Tensor& value) {
 
 at::Tensor& spyre_zero(at::Tensor& self) { return spyre_fill_scalar(self, 0); }
 
+// The name Python users know (torch.float64), not c10's (Double).
+std::string python_dtype_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kDouble:
+      return "torch.float64";
+    case at::kShort:
+      return "torch.int16";
+    case at::kComplexFloat:
+      return "torch.complex64";
+    case at::kComplexDouble:
+      return "torch.complex128";
+    case at::kComplexHalf:
+      return "torch.complex32";
+    default:
+      return std::string("torch.") + c10::toString(dtype);
+  }
+}
+
 }  // namespace
 
 void check_supported_dtype(at::ScalarType dtype) {
@@ -206,7 +225,7 @@ void check_supported_dtype(at::ScalarType dtype) {
       return;
     default:
       TORCH_CHECK_TYPE(
-          false, "spyre: dtype ", dtype,
+          false, "spyre: dtype ", python_dtype_name(dtype),
           " is not supported on the spyre device (supported: float16, "
           "bfloat16, float32, int8, uint8, int32, int64, bool)");
   }

@@ -114,6 +114,14 @@ double device_elapsed_ms(int64_t start_id, int64_t end_id) {
       [&] { return end->device_elapsed_ms_since(*start); });
 }
 
+double host_elapsed_ms(int64_t start_id, int64_t end_id) {
+  TORCH_CHECK_VALUE(start_id != 0 && end_id != 0,
+                    "spyre: both events must be recorded before elapsed_time");
+  const auto* start = reinterpret_cast<const rt::Event*>(start_id);
+  const auto* end = reinterpret_cast<const rt::Event*>(end_id);
+  return glue::call_runtime([&] { return end->elapsed_ms_since(*start); });
+}
+
 glue::DeviceLayout default_layout(std::vector<int64_t> sizes,
                                   at::ScalarType dtype, int64_t stick_dim) {
   glue::check_supported_dtype(dtype);
@@ -177,6 +185,7 @@ void bind_device(py::module_& m) {
   m.def("device_properties", &device_properties);
   m.def("last_launch_stats", &last_launch_stats);
   m.def("device_elapsed_ms", &device_elapsed_ms);
+  m.def("host_elapsed_ms", &host_elapsed_ms);
   m.def("default_generator", [](c10::DeviceIndex i) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(glue::default_generator(i)));

@@ -137,6 +137,10 @@ class Event(torch.Event):
                                enable_timing=enable_timing, blocking=blocking,
                                interprocess=interprocess)
 
+    def elapsed_time(self, end_event):
+        # torch.Event.elapsed_time accepts only exact torch.Event arguments.
+        return _C.host_elapsed_ms(self.event_id, end_event.event_id)
+
     def device_elapsed_time(self, end_event):
         return _C.device_elapsed_ms(self.event_id, end_event.event_id)
 

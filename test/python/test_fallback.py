@@ -1,0 +1,70 @@
+"""The CPU fallback: counted per op, warned once, strict mode."""
+
+import warnings
+
+import pytest
+import torch
+
+
+def test_fallback_is_counted_per_op():
+    torch.spyre.reset_fallback_stats()
+    a = torch.randn(4, 70).to("spyre")
+    b = torch.randn(4, 70).to("spyre")
+    for _ in range(3):
+        c = a + b
+    d = torch.mm(a, b.t())
+    stats = torch.spyre.fallback_stats()
+    assert stats["aten::add.out"] == 3
+    assert stats["aten::mm.out"] == 1 or stats.get("aten::mm") == 1
+    assert torch.allclose(c.cpu(), a.cpu() + b.cpu())
+    assert torch.allclose(d.cpu(), a.cpu() @ b.cpu().t(), atol=1e-5)
+    torch.spyre.reset_fallback_stats()
+    assert torch.spyre.fallback_stats() == {}
+
+
+def test_native_ops_are_not_fallbacks():
+    torch.spyre.reset_fallback_stats()
+    x = torch.randn(5, 130).to("spyre")
+    y = torch.empty_like(x).copy_(x)
+    y[1:3].fill_(1.0)
+    y.zero_()
+    v = x.t()[3:5].view(-1) if x.t()[3:5].is_contiguous() else x[2].view(13, 10)
+    _ = v.cpu(), x[1, 2].item(), x.clone(), x.reshape(-1), x.to("spyre:0")
+    assert torch.spyre.fallback_stats() == {}
+
+
+def test_warned_once_per_op():
+    torch.spyre.reset_fallback_stats()
+    x = torch.randn(8).to("spyre")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x.abs()
+        x.abs()
+        x.abs()
+    messages = [str(w.message) for w in caught if "abs" in str(w.message)]
+    assert len(messages) == 1 and "no spyre kernel" in messages[0]
+
+
+def test_strict_toggle():
+    x = torch.randn(8).to("spyre")
+    with torch.spyre.strict():
+        assert torch.spyre.is_strict()
+        with pytest.raises(RuntimeError, match="strict mode forbids"):
+            x.exp()
+        assert torch.equal(x.clone().cpu(), x.cpu())  # native ops still work
+    assert not torch.spyre.is_strict()
+    assert torch.allclose(x.exp().cpu(), x.cpu().exp())
+
+
+def test_strict_from_environment(fresh_python):
+    result = fresh_python("""
+        import torch
+        assert torch.spyre.is_strict()
+        x = torch.ones(4).to("spyre")
+        try:
+            x.sin()
+        except RuntimeError as error:
+            print("refused:", "aten::sin" in str(error))
+    """, SPYRE_STRICT="1")
+    assert result.returncode == 0, result.stderr
+    assert "refused: True" in result.stdout

@@ -1,0 +1,87 @@
+"""Streams and events: c10 streams backed by runtime streams."""
+
+import pytest
+import torch
+
+
+def test_default_and_current_stream():
+    s = torch.spyre.current_stream()
+    assert isinstance(s, torch.Stream)
+    assert s.device == torch.device("spyre:0")
+    assert s.stream_id == 0 == torch.spyre.default_stream().stream_id
+    assert torch.accelerator.current_stream().stream_id == 0
+
+
+def test_new_streams_are_distinct_and_switchable():
+    a, b = torch.spyre.Stream(), torch.spyre.Stream()
+    assert a.stream_id != b.stream_id and a.stream_id != 0
+    with torch.spyre.stream(a):
+        assert torch.spyre.current_stream().stream_id == a.stream_id
+        with b:
+            assert torch.spyre.current_stream().stream_id == b.stream_id
+        assert torch.spyre.current_stream().stream_id == a.stream_id
+    assert torch.spyre.current_stream().stream_id == 0
+    generic = torch.Stream(device="spyre")
+    assert generic.device.type == "spyre"
+
+
+def test_work_on_a_side_stream_is_ordered_by_events():
+    side = torch.spyre.Stream()
+    x = torch.randn(256, 512)
+    with torch.spyre.stream(side):
+        y = x.to("spyre", non_blocking=True)
+        y.mul_(3)
+        done = torch.spyre.Event()
+        done.record(side)
+    torch.spyre.current_stream().wait_event(done)
+    z = y + 1
+    assert torch.allclose(z.cpu(), x * 3 + 1)
+    assert done.query()
+
+
+def test_wait_stream_and_synchronize():
+    side = torch.spyre.Stream()
+    main = torch.spyre.current_stream()
+    with torch.spyre.stream(side):
+        a = torch.ones(128, 128, device="spyre")
+        a.add_(1)
+    main.wait_stream(side)
+    assert a.sum().item() == 2 * 128 * 128
+    side.synchronize()
+    assert side.query()
+
+
+def test_event_elapsed_time():
+    start = torch.spyre.Event(enable_timing=True)
+    end = torch.spyre.Event(enable_timing=True)
+    start.record()
+    x = torch.randn(512, 512).to("spyre")
+    x.cpu()
+    end.record()
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0
+    assert start.device_elapsed_time(end) >= 0
+    generic_start = torch.Event(device="spyre", enable_timing=True)
+    generic_end = torch.Event(device="spyre", enable_timing=True)
+    generic_start.record()
+    generic_end.record()
+    assert generic_start.elapsed_time(generic_end) >= 0
+
+
+def test_elapsed_time_needs_timing():
+    start, end = torch.spyre.Event(), torch.spyre.Event()
+    start.record()
+    end.record()
+    with pytest.raises((ValueError, RuntimeError)):
+        start.elapsed_time(end)
+
+
+def test_record_stream_keeps_memory_alive():
+    side = torch.spyre.Stream()
+    x = torch.randn(1000).to("spyre")
+    with torch.spyre.stream(side):
+        y = x * 2
+    x.record_stream(side)
+    del x
+    side.synchronize()
+    assert y.shape == (1000,)
