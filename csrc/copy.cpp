@@ -40,6 +40,29 @@ at::Tensor view_in_image(const at::Tensor& view, const at::Tensor& image) {
 }
 
 // Device -> host into a CPU tensor of the same dtype and shape.
+// What a queued copy needs of a tensor without holding the tensor itself:
+// work can finish on the queue's thread after Python dropped the tensor, and
+// releasing a Python-owned tensor there would need the GIL.
+struct Geometry {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int64_t offset;
+  at::ScalarType dtype;
+
+  explicit Geometry(const at::Tensor& t)
+      : sizes(t.sizes().vec()),
+        strides(t.strides().vec()),
+        offset(t.storage_offset()),
+        dtype(t.scalar_type()) {}
+
+  // The tensor over `base`, a pointer to element 0 of its storage.
+  at::Tensor over(void* base, int64_t storage_elements) const {
+    return at::from_blob(base, {storage_elements},
+                         at::TensorOptions().dtype(dtype))
+        .as_strided(sizes, strides, offset);
+  }
+};
+
 void copy_to_host(const at::Tensor& src, const at::Tensor& dst,
                   bool non_blocking) {
   const c10::Storage storage = src.storage();
@@ -50,18 +73,25 @@ void copy_to_host(const at::Tensor& src, const at::Tensor& dst,
   const rt::DevicePtr ptr = allocation.ptr;
   const bool straight = covers_storage(src) && dst.is_contiguous() &&
                         dst.nbytes() == storage.nbytes();
-  // The work keeps the storage and the destination alive until it runs.
-  auto work = [device, layout, ptr, storage, src, dst, straight]() {
+  // The work keeps both storages alive until it has run.
+  const c10::Storage dst_storage = dst.storage();
+  auto work = [device, layout, ptr, storage, dst_storage, straight,
+               src_geometry = Geometry(src), dst_geometry = Geometry(dst),
+               dst_data = dst.data_ptr()]() {
     Bytes staging(layout->device_bytes());
     const double ns = device->copy_to_host(staging.data(), ptr, staging.size());
     if (straight) {
-      unpack(*layout, staging.data(), static_cast<uint8_t*>(dst.data_ptr()));
-    } else {
-      at::Tensor image =
-          at::empty({static_cast<int64_t>(storage.nbytes())}, at::kByte);
-      unpack(*layout, staging.data(), image.data_ptr<uint8_t>());
-      dst.copy_(view_in_image(src, image));
+      unpack(*layout, staging.data(), static_cast<uint8_t*>(dst_data));
+      return ns;
     }
+    Bytes image(storage.nbytes());
+    unpack(*layout, staging.data(), image.data());
+    const int64_t element = c10::elementSize(src_geometry.dtype);
+    const at::Tensor from = src_geometry.over(
+        image.data(), static_cast<int64_t>(image.size()) / element);
+    const int64_t dst_elements = static_cast<int64_t>(
+        dst_storage.nbytes() / c10::elementSize(dst_geometry.dtype));
+    dst_geometry.over(dst_storage.mutable_data(), dst_elements).copy_(from);
     return ns;
   };
   rt::Stream& stream = stream_of(allocation.device);
