@@ -212,23 +212,21 @@ std::string python_dtype_name(at::ScalarType dtype) {
 
 }  // namespace
 
+// Storage holds any real dtype whose elements tile a stick: the device's
+// compute types (float16, bfloat16, float32, int8) and the others PyTorch
+// itself needs on a device (float64 for printing, int64 indices, bool
+// masks, ...), whose ops run through the CPU fallback. Complex, quantized
+// and sub-byte dtypes have no device representation.
 void check_supported_dtype(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kHalf:
-    case at::kBFloat16:
-    case at::kFloat:
-    case at::kChar:
-    case at::kInt:
-    case at::kLong:
-    case at::kBool:
-    case at::kByte:
-      return;
-    default:
-      TORCH_CHECK_TYPE(
-          false, "spyre: dtype ", python_dtype_name(dtype),
-          " is not supported on the spyre device (supported: float16, "
-          "bfloat16, float32, int8, uint8, int32, int64, bool)");
-  }
+  const bool real =
+      at::isFloatingType(dtype) || at::isIntegralType(dtype, true);
+  const bool representable =
+      real && !at::isQIntType(dtype) && !at::isBitsType(dtype) &&
+      (128 % c10::elementSize(dtype) == 0) && c10::elementSize(dtype) >= 1;
+  TORCH_CHECK_TYPE(representable, "spyre: dtype ", python_dtype_name(dtype),
+                   " is not supported on the spyre device (it stores real "
+                   "floating point, integer and bool dtypes; compute runs in "
+                   "float16, bfloat16, float32 and int8)");
 }
 
 DeviceLayout storage_layout_for(at::IntArrayRef sizes, at::IntArrayRef strides,

@@ -74,8 +74,8 @@ def test_mismatched_devices_are_rejected():
 
 
 def test_unsupported_dtype_is_a_clear_error():
-    with pytest.raises(TypeError, match="torch.float64 is not supported"):
-        torch.zeros(3, dtype=torch.float64).to("spyre")
+    with pytest.raises(TypeError, match="torch.complex128 is not supported"):
+        torch.zeros(3, dtype=torch.complex128).to("spyre")
     with pytest.raises(TypeError, match="torch.complex64 is not supported"):
         torch.empty(3, dtype=torch.complex64, device="spyre")
 
@@ -83,3 +83,13 @@ def test_unsupported_dtype_is_a_clear_error():
 def test_pin_memory_on_device_tensor_is_rejected():
     with pytest.raises((ValueError, RuntimeError)):
         torch.empty(3, device="spyre", pin_memory=True)
+
+
+def test_storage_only_dtypes_round_trip():
+    x = torch.randn(3, 17, dtype=torch.float64)
+    y = x.to("spyre")
+    assert y.device_tensor_layout().device_size == [2, 3, 16]
+    assert torch.equal(y.cpu(), x)
+    assert torch.equal(torch.arange(40, dtype=torch.int16).to("spyre").cpu(),
+                       torch.arange(40, dtype=torch.int16))
+    assert "tensor(" in repr(torch.arange(5.0, device="spyre"))
