@@ -30,16 +30,16 @@ namespace spyre::rt {
 class Stream;
 
 struct AllocatorStats {
-  uint64_t allocated_bytes = 0;       // held by live allocations (rounded)
-  uint64_t reserved_bytes = 0;        // obtained from the device (segments)
+  uint64_t allocated_bytes = 0;  // held by live allocations (rounded)
+  uint64_t reserved_bytes = 0;   // obtained from the device (segments)
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
-  uint64_t requested_bytes = 0;       // as asked, before rounding
-  uint64_t allocation_count = 0;      // live allocations
-  uint64_t segment_count = 0;         // live segments
-  uint64_t num_allocs = 0;            // cumulative
+  uint64_t requested_bytes = 0;   // as asked, before rounding
+  uint64_t allocation_count = 0;  // live allocations
+  uint64_t segment_count = 0;     // live segments
+  uint64_t num_allocs = 0;        // cumulative
   uint64_t num_frees = 0;
-  uint64_t num_device_allocs = 0;     // segments taken from the device
+  uint64_t num_device_allocs = 0;  // segments taken from the device
   uint64_t num_device_frees = 0;
   uint64_t num_ooms = 0;
   uint64_t num_cache_flushes = 0;
@@ -82,21 +82,41 @@ class CachingAllocator {
  private:
   struct Block;
   struct Pool;
-  Block* find_free_block(uint64_t size, uint64_t stream_id);
-  Block* new_segment(uint64_t size, uint64_t stream_id);
-  Block* split(Block* block, uint64_t size);
+  struct PendingFree;
+  // Orders free blocks by (size, address), so lower_bound(size) is the best
+  // fit; a bare size compares as (size, 0).
+  struct BySizeThenAddress {
+    using is_transparent = void;
+    bool operator()(const Block* a, const Block* b) const;
+    bool operator()(const Block* a, uint64_t size) const;
+    bool operator()(uint64_t size, const Block* b) const;
+  };
+  using FreeSet = std::set<Block*, BySizeThenAddress>;
+  using LiveMap = std::map<DevicePtr, Block*>;
+
+  Pool& pool_for(uint64_t stream_id);
+  Block* take_free_block(Pool& pool, uint64_t size, bool large);
+  Block* new_segment(Pool& pool, uint64_t size, bool large, uint64_t asked);
+  void split(Block* block, uint64_t size);
   void insert_free(Block* block);
-  void release_block(Block* block);
+  void return_block(Block* block);
+  void mark_live(Block* block);
+  Block* block_containing(DevicePtr ptr) const;
   void process_pending_frees();
-  bool release_cached_segments();
-  void update_peaks();
+  uint64_t release_cached_segments();
+  Block* new_block();
+  void recycle(Block* block);
+  [[noreturn]] void throw_out_of_memory(uint64_t asked, uint64_t rounded,
+                                        uint64_t segment_bytes);
 
   Device& device_;
-  mutable std::recursive_mutex mutex_;
-  std::map<DevicePtr, Block*> live_;  // allocation base -> block
+  mutable std::mutex mutex_;
+  LiveMap live_;                                     // allocation base -> block
   std::map<uint64_t, std::unique_ptr<Pool>> pools_;  // by stream id
-  std::vector<Block*> pending_;  // freed, waiting on other streams' events
-  std::vector<std::unique_ptr<Block>> blocks_;
+  Pool* last_pool_ = nullptr;         // most pools see runs of one stream
+  std::vector<PendingFree> pending_;  // freed, waiting on other streams
+  std::vector<std::unique_ptr<Block>> blocks_;  // every block ever made
+  std::vector<Block*> spare_blocks_;            // merged away, ready for reuse
   AllocatorStats stats_;
 };
 
