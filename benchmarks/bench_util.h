@@ -1,0 +1,45 @@
+// Shared plumbing of the C++ benchmarks: wall-clock timing with medians of
+// repeated runs, a printed table, and a JSON report per benchmark. Ratios
+// are always measured side by side in one process, because this host is
+// noisy.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace spyre::bench {
+
+// Runs `fn` `warmup` times, then `reps` times, and returns the median of
+// the measured wall times in seconds.
+double median_seconds(const std::function<void()>& fn, int reps,
+                      int warmup = 1);
+
+struct Row {
+  std::string name;
+  std::vector<std::pair<std::string, double>> values;  // column -> value
+  std::string note;
+};
+
+class Report {
+ public:
+  Report(std::string benchmark, std::string description);
+  void add(Row row);
+  void set_meta(const std::string& key, const std::string& value);
+  // Prints the table and writes <out_dir>/<benchmark>.json; out_dir comes
+  // from --out DIR on the command line or $SPYRE_BENCH_OUT, else ".".
+  void finish(int argc, char** argv) const;
+
+ private:
+  std::string benchmark_;
+  std::string description_;
+  std::vector<Row> rows_;
+  std::vector<std::pair<std::string, std::string>> meta_;
+};
+
+// Value of --name N on the command line, or `fallback`.
+int int_flag(int argc, char** argv, const std::string& name, int fallback);
+
+}  // namespace spyre::bench
