@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "spyre/runtime/device.h"
+#include "spyre/runtime/error.h"  // OutOfMemoryError, raised by allocate()
 
 namespace spyre::rt {
 
