@@ -146,6 +146,40 @@ TEST(CachingAllocator, BlockUsedOnABusyStreamWaitsForThatStream) {
   EXPECT_EQ(alloc.stats().allocated_bytes, 0u);
 }
 
+TEST(CachingAllocator, BlockUsedOnSeveralStreamsWaitsForAllOfThem) {
+  FakeDevice device;
+  CachingAllocator alloc(device);
+  Stream owner(device, 1);
+  Stream first(device, 2);
+  Stream second(device, 3);
+  DevicePtr p = alloc.allocate(kMiB, &owner);
+  std::latch first_gate(1);
+  std::latch second_gate(1);
+  for (auto [stream, gate] :
+       {std::pair{&first, &first_gate}, std::pair{&second, &second_gate}}) {
+    stream->enqueue([gate] {
+      gate->wait();
+      return 0.0;
+    });
+    alloc.record_stream(p, *stream);
+    alloc.record_stream(p, *stream);  // recording twice is harmless
+  }
+  alloc.free(p);
+  first_gate.count_down();
+  first.synchronize();
+  DevicePtr q = alloc.allocate(kMiB, &owner);
+  EXPECT_NE(q, p) << "reused while the second stream may still use it";
+  second_gate.count_down();
+  second.synchronize();
+  EXPECT_EQ(alloc.allocate(kMiB, &owner), p);
+  // A new allocation starts with no recorded streams: it frees at once.
+  alloc.free(p);
+  EXPECT_EQ(alloc.allocate(kMiB, &owner), p);
+  alloc.free(p);
+  alloc.free(q);
+  EXPECT_EQ(alloc.stats().allocation_count, 0u);
+}
+
 TEST(CachingAllocator, RecordStreamOnTheOwningStreamFreesAtOnce) {
   FakeDevice device;
   CachingAllocator alloc(device);

@@ -113,6 +113,52 @@ TEST(ThreadQueue, DestructorDrainsQueuedWork) {
   EXPECT_EQ(ran.load(), 100);
 }
 
+TEST(ThreadQueue, WorkMaySubmitMoreWork) {
+  auto queue = make_thread_queue("test");
+  Queue* raw = queue.get();
+  std::vector<int> order;
+  queue->submit([&] {
+    order.push_back(1);
+    raw->submit([&] {
+      order.push_back(3);
+      return 0.0;
+    });
+    return 0.0;
+  });
+  queue->submit([&] {
+    order.push_back(2);
+    return 0.0;
+  });
+  queue->wait_idle();
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+}
+
+// A device with its own queue type: streams must take queues from it.
+class CountingQueueDevice : public FakeDevice {
+ public:
+  std::unique_ptr<Queue> create_queue() override {
+    ++queues;
+    return Device::create_queue();  // the default: a thread queue
+  }
+  int queues = 0;
+};
+
+TEST(Stream, TakesItsQueueFromTheDevice) {
+  CountingQueueDevice device;
+  {
+    Stream a(device, 0);
+    Stream b(device, 1);
+    EXPECT_EQ(device.queues, 2);
+    std::atomic<int> ran{0};
+    a.enqueue([&] {
+      ++ran;
+      return 0.0;
+    });
+    a.synchronize();
+    EXPECT_EQ(ran.load(), 1);
+  }
+}
+
 TEST(Stream, ManyStreamsEachKeepTheirOrder) {
   FakeDevice device;
   constexpr int kStreams = 8;
