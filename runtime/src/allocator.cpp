@@ -230,7 +230,9 @@ CachingAllocator::Block* CachingAllocator::new_segment(Pool& pool,
     addr = device_.allocate(segment_bytes);
   } catch (const Error& error) {
     if (error.code() != ErrorCode::kOutOfMemory) throw;
-    // Cached segments of any pool may be what the device is missing.
+    // Cached segments of any pool may be what the device is missing. Frees
+    // still waiting on other streams are not waited for: the caller may be
+    // the very thread those streams wait on.
     if (release_cached_segments() == 0) {
       ++stats_.num_ooms;
       throw_out_of_memory(asked, size, segment_bytes);
@@ -336,7 +338,7 @@ void CachingAllocator::process_pending_frees() {
       continue;
     }
     return_block(pending.block);
-    pending_[i] = std::move(pending_.back());
+    if (i + 1 != pending_.size()) pending_[i] = std::move(pending_.back());
     pending_.pop_back();
   }
 }
