@@ -34,9 +34,9 @@ class FakeDevice : public Device {
     std::lock_guard<std::mutex> lock(mutex_);
     uint64_t rounded = round_up_to_sticks(bytes == 0 ? 1 : bytes);
     if (in_use_ + rounded > props_.memory_bytes) {
-      throw OutOfMemoryError(str("fake device out of memory: asked ",
-                                 format_bytes(bytes)),
-                             bytes, props_.memory_bytes - in_use_, 0);
+      throw OutOfMemoryError(
+          str("fake device out of memory: asked ", format_bytes(bytes)), bytes,
+          props_.memory_bytes - in_use_, 0);
     }
     DevicePtr ptr = next_;
     next_ += rounded + kStickBytes;  // a gap, so overruns never alias
@@ -69,8 +69,7 @@ class FakeDevice : public Device {
     std::memcpy(dst, host(src, bytes), bytes);
     return static_cast<double>(bytes);
   }
-  double copy_on_device(DevicePtr dst, DevicePtr src,
-                        uint64_t bytes) override {
+  double copy_on_device(DevicePtr dst, DevicePtr src, uint64_t bytes) override {
     std::memmove(host(dst, bytes), host(src, bytes), bytes);
     return static_cast<double>(bytes);
   }

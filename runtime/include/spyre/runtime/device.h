@@ -24,26 +24,26 @@ struct PatchPlan;
 using DevicePtr = uint64_t;
 
 struct DeviceProperties {
-  std::string name;        // "Spyre (emulated)"
-  std::string backend;     // registry name of the backend, "sim"
-  int index = 0;           // device ordinal
+  std::string name;     // "Spyre (emulated)"
+  std::string backend;  // registry name of the backend, "sim"
+  int index = 0;        // device ordinal
   uint32_t num_cores = 32;
   uint32_t scratchpad_bytes = 2u << 20;
   uint32_t stick_bytes = kStickBytes;
-  uint64_t memory_bytes = 0;  // total device memory
-  double clock_ghz = 0;       // modelled core clock
+  uint64_t memory_bytes = 0;         // total device memory
+  double clock_ghz = 0;              // modelled core clock
   std::string timing_table_version;  // identifies the cost parameters
   ProgramLimits limits() const { return {num_cores, scratchpad_bytes}; }
 };
 
 // What a launch did, in modelled device time.
 struct LaunchStats {
-  uint64_t cycles = 0;          // makespan of the launch
-  double time_ns = 0;           // cycles / clock plus launch overhead
+  uint64_t cycles = 0;  // makespan of the launch
+  double time_ns = 0;   // cycles / clock plus launch overhead
   std::vector<uint64_t> core_busy_cycles;  // per core, any unit active
   double matrix_utilization = 0;  // busy matrix-unit cycles / (cores x cycles)
   double vector_utilization = 0;
-  double core_utilization = 0;    // mean of busy / cycles over used cores
+  double core_utilization = 0;  // mean of busy / cycles over used cores
   uint64_t dma_bytes = 0;       // device memory <-> scratchpad
   uint64_t ring_bytes = 0;      // core <-> core
   uint64_t instructions = 0;

@@ -50,8 +50,8 @@ PatchPlan make_patch_plan(const Program& program);
 
 // A tensor bound to an argument slot.
 struct ArgBinding {
-  DevicePtr ptr = 0;     // first byte of the tensor's device storage
-  uint64_t bytes = 0;    // bytes available from ptr to the allocation's end
+  DevicePtr ptr = 0;   // first byte of the tensor's device storage
+  uint64_t bytes = 0;  // bytes available from ptr to the allocation's end
   DType dtype = DType::kFloat16;
   std::vector<int64_t> device_size;  // the tensor's device layout
 };

@@ -120,15 +120,47 @@ struct MatMul {
 
 enum class VecOp : uint8_t {
   // unary: dst = f(src0)
-  kCopy, kNeg, kAbs, kExp, kLog, kSqrt, kRsqrt, kRecip, kTanh, kSigmoid,
-  kRelu, kGelu, kGeluTanh, kSilu, kErf, kSin, kCos, kLogicalNot, kFloor,
+  kCopy,
+  kNeg,
+  kAbs,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kRecip,
+  kTanh,
+  kSigmoid,
+  kRelu,
+  kGelu,
+  kGeluTanh,
+  kSilu,
+  kErf,
+  kSin,
+  kCos,
+  kLogicalNot,
+  kFloor,
   // binary: dst = f(src0, src1), src1 may be the immediate
-  kAdd, kSub, kMul, kDiv, kMax, kMin, kPow, kEq, kNe, kLt, kLe, kGt, kGe,
-  kLogicalAnd, kLogicalOr, kRemainder,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kMax,
+  kMin,
+  kPow,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kLogicalAnd,
+  kLogicalOr,
+  kRemainder,
   // ternary: dst = src0 ? src1 : src2
   kSelect,
   // nullary: kFill dst = imm; kIota dst[r, c] = imm + (r * cols + c) * imm2
-  kFill, kIota,
+  kFill,
+  kIota,
 };
 inline constexpr int kNumVecOps = static_cast<int>(VecOp::kIota) + 1;
 int vec_op_arity(VecOp op);  // 0 for fill/iota, 1, 2 or 3
