@@ -65,6 +65,7 @@ def test_event_elapsed_time():
     generic_end = torch.Event(device="spyre", enable_timing=True)
     generic_start.record()
     generic_end.record()
+    generic_end.synchronize()
     assert generic_start.elapsed_time(generic_end) >= 0
 
 
