@@ -90,6 +90,6 @@ def test_out_of_memory_raises_and_allocator_stays_usable(fresh_python):
         assert keep.cpu().sum().item() == 1000
         assert torch.spyre.memory_stats()["num_ooms"] >= 1
         print("OOM:", message.splitlines()[0])
-    """, SPYRE_SIM_MEMORY_GB="0.0625")
+    """, SPYRE_SIM_MEMORY_GB="1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OOM:" in result.stdout
