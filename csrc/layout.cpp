@@ -79,9 +79,13 @@ void check_host_dim_tiling(const DeviceLayout& layout, int64_t h) {
 
 // Calls visit(stick_index, host_element_index, host_stick_stride, valid) for
 // each stick of the layout; `valid` elements of the stick hold host data.
+// Sticks are visited with the stick dimension's tile index varying fastest:
+// the host image is then read (or written) along its rows, and the device
+// buffer in a few sequential streams, which keeps both caches and TLB warm
+// (device order would jump a whole host row per stick).
 template <typename Visit>
 void for_each_stick(const DeviceLayout& layout, Visit&& visit) {
-  const size_t m = layout.device_size.size();
+  const int64_t m = static_cast<int64_t>(layout.device_size.size());
   const int64_t sticks =
       std::accumulate(layout.device_size.begin(), layout.device_size.end() - 1,
                       int64_t{1}, std::multiplies<>());
@@ -89,35 +93,81 @@ void for_each_stick(const DeviceLayout& layout, Visit&& visit) {
   const auto host_strides = row_major_strides(layout.host_sizes);
   const int64_t stick_dim = layout.dim_map[m - 1];
   const int64_t per_stick = layout.device_size[m - 1];
-  const int64_t stick_stride = stick_dim >= 0 ? host_strides[stick_dim] : 0;
-  std::vector<int64_t> index(m - 1, 0);
+  const int64_t stick_stride = host_strides[stick_dim];
+  const int64_t stick_limit = layout.host_sizes[stick_dim];
+
+  std::vector<int64_t> sticks_per_step(m - 1, 1);  // device stride, in sticks
+  for (int64_t k = m - 3; k >= 0; --k) {
+    sticks_per_step[k] = sticks_per_step[k + 1] * layout.device_size[k + 1];
+  }
+  // The odometer walks "virtual" dims, outermost first: each advances one
+  // device dim by `mult`. The dim just outside the tile dim is split in
+  // blocks of kBlock so a block of host rows is read while each tile's
+  // sticks are written contiguously (no 4 KiB-aliased write streams).
+  constexpr int64_t kBlock = 16;
+  struct Step {
+    int64_t dim, mult, count;
+  };
+  std::vector<Step> order;
+  int64_t tile_dim = -1;
+  for (int64_t k = 0; k + 1 < m; ++k) {
+    if (layout.dim_map[k] == stick_dim && tile_dim < 0) {
+      tile_dim = k;
+    } else {
+      order.push_back({k, 1, layout.device_size[k]});
+    }
+  }
+  if (tile_dim >= 0) {
+    if (!order.empty() && layout.device_size[tile_dim] > 1 &&
+        order.back().count > kBlock) {
+      const Step rows = order.back();
+      order.back() = {rows.dim, kBlock, (rows.count + kBlock - 1) / kBlock};
+      order.push_back({tile_dim, 1, layout.device_size[tile_dim]});
+      order.push_back({rows.dim, 1, kBlock});
+    } else {
+      order.push_back({tile_dim, 1, layout.device_size[tile_dim]});
+    }
+  }
+  int64_t visits = 1;
+  for (const Step& step : order) visits *= step.count;
+
+  std::vector<int64_t> index(m - 1, 0);            // per device dim
+  std::vector<int64_t> position(order.size(), 0);  // per virtual dim
   std::vector<int64_t> coord(layout.host_sizes.size(), 0);
-  for (int64_t stick = 0; stick < sticks; ++stick) {
-    std::fill(coord.begin(), coord.end(), 0);
+  int64_t stick = 0;
+  int64_t host = 0;
+  auto move = [&](const Step& step, int64_t times) {
+    const int64_t h = layout.dim_map[step.dim];
+    const int64_t amount = step.mult * times;
+    index[step.dim] += amount;
+    stick += sticks_per_step[step.dim] * amount;
+    if (h >= 0) {
+      host += layout.dim_step[step.dim] * host_strides[h] * amount;
+      coord[h] += layout.dim_step[step.dim] * amount;
+    }
+  };
+  for (int64_t visited = 0; visited < visits; ++visited) {
     bool inside = true;
-    for (size_t k = 0; k + 1 < m; ++k) {
-      if (layout.dim_map[k] < 0) {
-        inside = inside && index[k] == 0;
-      } else {
-        coord[layout.dim_map[k]] += index[k] * layout.dim_step[k];
+    for (const Step& step : order) {
+      if (index[step.dim] >= layout.device_size[step.dim]) inside = false;
+    }
+    for (size_t h = 0; h < coord.size() && inside; ++h) {
+      if (static_cast<int64_t>(h) != stick_dim &&
+          coord[h] >= layout.host_sizes[h]) {
+        inside = false;
       }
     }
-    int64_t host_index = 0;
-    for (size_t h = 0; h < coord.size() && inside; ++h) {
-      const int64_t limit = layout.host_sizes[h];
-      if (static_cast<int64_t>(h) != stick_dim && coord[h] >= limit)
-        inside = false;
-      host_index += coord[h] * host_strides[h];
-    }
     if (inside) {
-      const int64_t start = stick_dim >= 0 ? coord[stick_dim] : 0;
-      const int64_t limit = stick_dim >= 0 ? layout.host_sizes[stick_dim] : 1;
-      const int64_t valid = std::clamp<int64_t>(limit - start, 0, per_stick);
-      if (valid > 0) visit(stick, host_index, stick_stride, valid);
+      const int64_t valid =
+          std::clamp<int64_t>(stick_limit - coord[stick_dim], 0, per_stick);
+      if (valid > 0) visit(stick, host, stick_stride, valid);
     }
-    for (int64_t k = static_cast<int64_t>(m) - 2; k >= 0; --k) {
-      if (++index[k] < layout.device_size[k]) break;
-      index[k] = 0;
+    for (int64_t pos = static_cast<int64_t>(order.size()) - 1; pos >= 0;
+         --pos) {
+      move(order[pos], 1);
+      if (++position[pos] < order[pos].count) break;
+      move(order[pos], -order[pos].count);
+      position[pos] = 0;
     }
   }
 }
