@@ -21,7 +21,19 @@
 namespace spyre::torch_glue {
 namespace {
 
-using Bytes = std::vector<uint8_t>;
+// A host staging buffer left uninitialised: pack and unpack write every byte
+// of it before it is read (zeroing 64 MiB first costs as much as a copy).
+class Bytes {
+ public:
+  explicit Bytes(size_t size)
+      : data_(std::make_unique_for_overwrite<uint8_t[]>(size)), size_(size) {}
+  uint8_t* data() { return data_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  std::unique_ptr<uint8_t[]> data_;
+  size_t size_;
+};
 
 rt::Stream& stream_of(c10::DeviceIndex device) {
   return runtime_stream(current_stream(device));

@@ -318,7 +318,9 @@ DeviceLayout make_layout(std::vector<int64_t> host_sizes, uint32_t element_size,
 }
 
 void pack(const DeviceLayout& layout, const uint8_t* image, uint8_t* device) {
-  std::memset(device, 0, layout.device_bytes());
+  if (layout.device_bytes() != layout.host_bytes()) {
+    std::memset(device, 0, layout.device_bytes());  // the padding
+  }
   const size_t es = layout.element_size;
   const int64_t per_stick = layout.elements_per_stick();
   for_each_stick(

@@ -55,9 +55,11 @@ DeviceLayout make_layout(std::vector<int64_t> host_sizes, uint32_t element_size,
                          std::vector<int64_t> dim_map,
                          std::vector<int64_t> dim_step);
 
-// Host image (host_bytes()) -> device buffer (device_bytes()), zero padding.
+// Host image (host_bytes()) -> device buffer (device_bytes()), zero padding;
+// writes every byte of `device`.
 void pack(const DeviceLayout& layout, const uint8_t* image, uint8_t* device);
-// Device buffer -> host image; padding is skipped.
+// Device buffer -> host image; padding is skipped; writes every byte of
+// `image`.
 void unpack(const DeviceLayout& layout, const uint8_t* device, uint8_t* image);
 
 }  // namespace spyre::torch_glue
