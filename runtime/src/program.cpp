@@ -407,10 +407,11 @@ class Validator {
     check_nonzero(i.rows, "rows");
     check_nonzero(i.cols, "cols");
     check_tile(i.dst, "dst");
-    int arity = vec_op_arity(i.op);
-    if (arity >= 1) check_tile(i.src0, "src0");
-    if (arity >= 2) check_tile(i.src1, "src1");
-    if (arity >= 3) check_tile(i.src2, "src2");
+    // Unused operands too: the binary format rejects any invalid dtype, so
+    // a program that validates must not carry one anywhere.
+    check_tile(i.src0, "src0");
+    check_tile(i.src1, "src1");
+    check_tile(i.src2, "src2");
     if (vec_op_is_compare(i.op)) {
       require(i.dst.dtype == DType::kBool, "dst.dtype ",
               dtype_name(i.dst.dtype), " must be bool for a comparison");

@@ -270,7 +270,12 @@ class Reader {
 
   template <size_t... I>
   void emplace(Instruction& inst, uint8_t index, std::index_sequence<I...>) {
-    ((index == I ? (value(inst.emplace<I>()), true) : false) || ...);
+    auto read_if = [&]<size_t K>(std::integral_constant<size_t, K>) {
+      if (index != K) return false;
+      value(inst.emplace<K>());
+      return true;
+    };
+    (read_if(std::integral_constant<size_t, I>{}) || ...);
   }
 
   // The fewest bytes an encoded element can take (bounds vector lengths).
