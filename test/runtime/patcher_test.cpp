@@ -198,6 +198,17 @@ TEST_F(PatcherTest, BindRejectsNullPointer) {
                  "argument slot 0 'x' is bound to a null device pointer");
 }
 
+// A view into a larger allocation, starting 256 bytes in: only the bytes
+// from its pointer to the allocation's end count, and that is too short.
+TEST_F(PatcherTest, BindRejectsOffsetViewTooShortForItsSlot) {
+  auto args = args_;
+  args[kSlotY].ptr += 256;
+  args[kSlotY].bytes -= 256;
+  expect_failure(args, ErrorCode::kBindError,
+                 "argument slot 2 'y' expects at least 8192 bytes, got an "
+                 "allocation of 7936 bytes");
+}
+
 TEST_F(PatcherTest, RelocateRejectsAddressOverflow) {
   auto args = args_;
   args[kSlotY].ptr = std::numeric_limits<DevicePtr>::max() - 1024;
