@@ -285,6 +285,11 @@ std::vector<Violation> violations() {
        "cannot multiply int8 into c.dtype float32"},
       {"zero matmul k", [](Program& p) { inst<MatMul>(p, 0, 3).k = 0; },
        "k must be nonzero"},
+      {"invalid dtype in an unused operand",
+       [](Program& p) {
+         inst<Vector>(p, 0, 9).src2.dtype = static_cast<DType>(9);
+       },
+       "instruction 9 (Vector): src2.dtype 9 is not a valid dtype"},
       {"zero vector rows", [](Program& p) { inst<Vector>(p, 0, 4).rows = 0; },
        "instruction 4 (Vector): rows must be nonzero"},
       {"compare into float",
