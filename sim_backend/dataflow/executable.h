@@ -1,0 +1,73 @@
+// The emulator's prepared program: per core, the decoded instructions with
+// the relocation each device access reads its address from, the dependency
+// graph the timing model schedules, and the static schedule itself (computed
+// once at prepare, since modelled time does not depend on data).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spyre/runtime/device.h"
+#include "spyre/runtime/patcher.h"
+#include "spyre/runtime/program.h"
+
+namespace spyre::sim {
+
+// The per-core units an instruction occupies; each runs in program order.
+enum class Engine : uint8_t { kDma, kRing, kMatrix, kVector };
+inline constexpr int kNumEngines = 4;
+const char* engine_name(Engine engine);
+
+struct InstRef {
+  uint32_t core_index = 0;  // into Program::cores
+  uint32_t instruction = 0;
+  bool operator==(const InstRef&) const = default;
+};
+
+struct DecodedInst {
+  rt::Instruction inst;
+  Engine engine = Engine::kVector;
+  int64_t relocation = -1;  // first relocation of this instruction, or -1
+  std::vector<InstRef> deps;
+  uint64_t bytes_moved = 0;  // DMA or ring payload
+  // The static schedule, in cycles from launch start.
+  uint64_t start = 0, end = 0;
+};
+
+struct DecodedCore {
+  uint32_t core = 0;  // physical core id
+  std::vector<DecodedInst> insts;
+};
+
+struct ChannelEnds {
+  InstRef send, recv;
+};
+
+class SimExecutable : public rt::Executable {
+ public:
+  SimExecutable(const rt::Program& program, const rt::PatchPlan& plan);
+
+  std::string name;
+  std::vector<DecodedCore> cores;
+  std::vector<rt::Relocation> relocations;
+  std::vector<uint32_t> channels;         // sorted channel ids
+  std::vector<ChannelEnds> channel_ends;  // parallel to channels
+  bool has_gather = false;
+  rt::LaunchStats stats;
+  // Set when the ring channels deadlock (a receive whose send can never
+  // run); execute() raises it before touching anything.
+  std::optional<std::string> deadlock;
+
+  // Index of `channel` in `channels`.
+  size_t channel_index(uint32_t channel) const;
+  const DecodedInst& at(InstRef ref) const {
+    return cores[ref.core_index].insts[ref.instruction];
+  }
+  DecodedInst& at(InstRef ref) {
+    return cores[ref.core_index].insts[ref.instruction];
+  }
+};
+
+}  // namespace spyre::sim

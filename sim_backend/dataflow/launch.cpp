@@ -1,0 +1,307 @@
+#include "dataflow/launch.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "device.h"
+#include "kernels.h"
+#include "spyre/runtime/error.h"
+#include "spyre/sim/sim.h"
+
+namespace spyre::sim {
+namespace {
+
+enum class CoreState : uint8_t { kRunnable, kRunning, kParked, kDone };
+
+struct Channel {
+  bool sent = false;
+  std::vector<uint8_t> data;
+};
+
+struct UndoEntry {
+  uint8_t* host = nullptr;
+  std::vector<uint8_t> old;
+};
+
+class Launch {
+ public:
+  Launch(const SimExecutable& exe, std::span<const rt::DevicePtr> addresses,
+         DeviceMemory& memory, Scratchpads& pads)
+      : exe_(exe),
+        addresses_(addresses),
+        memory_(memory),
+        states_(exe.cores.size(), CoreState::kRunnable),
+        pcs_(exe.cores.size(), 0),
+        channels_(exe.channels.size()) {
+    for (const DecodedCore& core : exe.cores) {
+      auto& pad = pads.cores.at(core.core);
+      if (!pad) pad = std::make_unique<uint8_t[]>(kScratchpadBytes);
+      spads_.emplace_back(pad.get(), kScratchpadBytes);
+    }
+  }
+
+  void run() {
+    if (exe_.cores.size() > 1) {
+      std::thread helper([this] { work(); });
+      work();
+      helper.join();
+    } else {
+      work();
+    }
+    if (error_) {
+      for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) {
+        std::memcpy(it->host, it->old.data(), it->old.size());
+      }
+      std::rethrow_exception(error_);
+    }
+  }
+
+ private:
+  // One pool thread: takes runnable cores until all are done.
+  void work() {
+    std::unique_lock lock(mutex_);
+    while (!error_) {
+      size_t pick = states_.size();
+      bool all_done = true, any_running = false;
+      for (size_t c = 0; c < states_.size(); ++c) {
+        if (states_[c] != CoreState::kDone) all_done = false;
+        if (states_[c] == CoreState::kRunning) any_running = true;
+        if (pick == states_.size() && states_[c] == CoreState::kRunnable)
+          pick = c;
+      }
+      if (all_done) return;
+      if (pick == states_.size()) {
+        if (!any_running) {
+          fail(std::make_exception_ptr(
+              rt::Error(rt::ErrorCode::kDeviceError, describe_parked())));
+          return;
+        }
+        wake_.wait(lock);
+        continue;
+      }
+      states_[pick] = CoreState::kRunning;
+      lock.unlock();
+      bool finished = false;
+      std::exception_ptr error;
+      try {
+        finished = run_core(pick);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      if (error) fail(error);
+      if (finished) states_[pick] = CoreState::kDone;
+      wake_.notify_all();
+    }
+  }
+
+  void fail(std::exception_ptr error) {
+    if (!error_) error_ = error;
+    wake_.notify_all();
+  }
+
+  std::string describe_parked() const {
+    std::string out = "sim: launch of '" + exe_.name + "' deadlocked:";
+    for (size_t c = 0; c < states_.size(); ++c) {
+      if (states_[c] != CoreState::kParked) continue;
+      const auto& r = std::get<rt::RingRecv>(exe_.cores[c].insts[pcs_[c]].inst);
+      out += rt::str(" core ", exe_.cores[c].core, " waits on channel ",
+                     r.channel, " from core ", r.src_core, ";");
+    }
+    return out;
+  }
+
+  // Runs core `c` until it finishes (true) or parks at a receive (false).
+  bool run_core(size_t c) {
+    const auto& insts = exe_.cores[c].insts;
+    while (pcs_[c] < insts.size()) {
+      {
+        std::lock_guard lock(mutex_);
+        if (error_) return false;
+      }
+      if (!step(c, insts[pcs_[c]])) return false;
+      ++pcs_[c];
+    }
+    return true;
+  }
+
+  std::string where(size_t c) const {
+    return rt::str("core ", exe_.cores[c].core, " instruction ", pcs_[c]);
+  }
+
+  // The host bytes of the device extent of `d`'s relocation, checked to lie
+  // in one live allocation; `base` receives the patched address.
+  uint8_t* device_extent(const DecodedInst& d, size_t c, rt::DevicePtr& base,
+                         const char* what) {
+    rt::check(d.relocation >= 0 &&
+                  static_cast<size_t>(d.relocation) < addresses_.size(),
+              rt::ErrorCode::kDeviceError, "sim: ", what, " at ", where(c),
+              " has no patched address");
+    const rt::Relocation& rel = exe_.relocations[d.relocation];
+    base = addresses_[d.relocation];
+    rt::DevicePtr lo = base - rel.offset + rel.lo;
+    memory_.translate(lo, static_cast<uint64_t>(rel.hi - rel.lo), what);
+    return memory_.host(lo);
+  }
+
+  void check_spad(size_t c, int64_t lo, int64_t hi, const char* what) const {
+    rt::check(lo >= 0 && hi <= static_cast<int64_t>(kScratchpadBytes),
+              rt::ErrorCode::kDeviceError, "sim: ", what, " at ", where(c),
+              " reaches scratchpad bytes [", lo, ", ", hi,
+              ") outside the 2 MiB scratchpad");
+  }
+
+  void transfer(size_t c, const DecodedInst& d, const rt::StickTransfer& x,
+                bool to_device) {
+    const char* what = to_device ? "DmaStore" : "DmaLoad";
+    rt::DevicePtr base = 0;
+    uint8_t* extent = device_extent(d, c, base, what);
+    if (to_device && exe_.has_gather) {
+      const rt::Relocation& rel = exe_.relocations[d.relocation];
+      std::lock_guard lock(mutex_);
+      undo_.push_back(
+          {extent, std::vector<uint8_t>(extent, extent + (rel.hi - rel.lo))});
+    }
+    int64_t spad_hi = int64_t{x.spad} + int64_t{x.count2 - 1} * x.spad_stride2 +
+                      int64_t{x.count1 - 1} * x.spad_stride1 + x.run_bytes;
+    check_spad(c, x.spad, spad_hi, what);
+    uint8_t* host = memory_.host(base);
+    uint8_t* spad = spads_[c].data();
+    for (uint32_t i2 = 0; i2 < x.count2; ++i2) {
+      for (uint32_t i1 = 0; i1 < x.count1; ++i1) {
+        uint8_t* dram =
+            host + int64_t{i2} * x.dram_stride2 + int64_t{i1} * x.dram_stride1;
+        uint8_t* local = spad + x.spad + uint64_t{i2} * x.spad_stride2 +
+                         uint64_t{i1} * x.spad_stride1;
+        if (to_device) {
+          std::memcpy(dram, local, x.run_bytes);
+        } else {
+          std::memcpy(local, dram, x.run_bytes);
+        }
+      }
+    }
+  }
+
+  void gather(size_t c, const DecodedInst& d, const rt::DmaGather& g) {
+    rt::DevicePtr base = 0;
+    device_extent(d, c, base, "DmaGather");
+    uint32_t index_size = rt::element_size(g.index_dtype);
+    check_spad(c, g.index_spad,
+               int64_t{g.index_spad} + int64_t{g.count} * index_size,
+               "DmaGather indices");
+    check_spad(c, g.spad,
+               g.count == 0
+                   ? g.spad
+                   : int64_t{g.spad} + int64_t{g.count - 1} * g.spad_stride +
+                         g.row_bytes,
+               "DmaGather rows");
+    uint8_t* spad = spads_[c].data();
+    // Check every index before moving any row.
+    std::vector<int64_t> rows(g.count);
+    for (uint32_t r = 0; r < g.count; ++r) {
+      const uint8_t* p = spad + g.index_spad + uint64_t{r} * index_size;
+      if (index_size == 4) {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        rows[r] = v;
+      } else {
+        std::memcpy(&rows[r], p, 8);
+      }
+      rt::check(rows[r] >= 0 && static_cast<uint64_t>(rows[r]) < g.table_rows,
+                rt::ErrorCode::kDeviceError, "sim: DmaGather at ", where(c),
+                ": index ", rows[r], " at position ", r,
+                " is outside the table's [0, ", g.table_rows,
+                ") rows; the launch was abandoned and device "
+                "memory left unchanged");
+    }
+    const uint8_t* table = memory_.host(base);
+    for (uint32_t r = 0; r < g.count; ++r) {
+      std::memcpy(spad + g.spad + uint64_t{r} * g.spad_stride,
+                  table + static_cast<uint64_t>(rows[r]) * g.table_row_stride,
+                  g.row_bytes);
+    }
+  }
+
+  void send(size_t c, const rt::RingSend& s) {
+    size_t ch = exe_.channel_index(s.channel);
+    check_spad(c, s.spad, int64_t{s.spad} + s.bytes, "RingSend");
+    Channel& channel = channels_[ch];
+    channel.data.assign(spads_[c].data() + s.spad,
+                        spads_[c].data() + s.spad + s.bytes);
+    std::lock_guard lock(mutex_);
+    channel.sent = true;
+    const InstRef& recv = exe_.channel_ends[ch].recv;
+    if (states_[recv.core_index] == CoreState::kParked &&
+        pcs_[recv.core_index] == recv.instruction) {
+      states_[recv.core_index] = CoreState::kRunnable;
+    }
+    wake_.notify_all();
+  }
+
+  // False when the send has not run yet: the core parks.
+  bool receive(size_t c, const rt::RingRecv& r) {
+    size_t ch = exe_.channel_index(r.channel);
+    check_spad(c, r.spad, int64_t{r.spad} + r.bytes, "RingRecv");
+    {
+      std::lock_guard lock(mutex_);
+      if (!channels_[ch].sent) {
+        states_[c] = CoreState::kParked;
+        return false;
+      }
+    }
+    const Channel& channel = channels_[ch];
+    std::memcpy(spads_[c].data() + r.spad, channel.data.data(),
+                std::min<size_t>(r.bytes, channel.data.size()));
+    return true;
+  }
+
+  bool step(size_t c, const DecodedInst& d) {
+    std::span<uint8_t> spad = spads_[c];
+    if (auto* l = std::get_if<rt::DmaLoad>(&d.inst)) {
+      transfer(c, d, l->xfer, false);
+    } else if (auto* s = std::get_if<rt::DmaStore>(&d.inst)) {
+      transfer(c, d, s->xfer, true);
+    } else if (auto* g = std::get_if<rt::DmaGather>(&d.inst)) {
+      gather(c, d, *g);
+    } else if (auto* rs = std::get_if<rt::RingSend>(&d.inst)) {
+      send(c, *rs);
+    } else if (auto* rr = std::get_if<rt::RingRecv>(&d.inst)) {
+      return receive(c, *rr);
+    } else if (auto* mm = std::get_if<rt::MatMul>(&d.inst)) {
+      run_matmul(*mm, spad);
+    } else if (auto* v = std::get_if<rt::Vector>(&d.inst)) {
+      run_vector(*v, spad);
+    } else if (auto* red = std::get_if<rt::Reduce>(&d.inst)) {
+      run_reduce(*red, spad);
+    } else if (auto* f = std::get_if<rt::RandFill>(&d.inst)) {
+      run_rand(*f, spad);
+    }
+    return true;
+  }
+
+  const SimExecutable& exe_;
+  std::span<const rt::DevicePtr> addresses_;
+  DeviceMemory& memory_;
+  std::vector<std::span<uint8_t>> spads_;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<CoreState> states_;
+  std::vector<size_t> pcs_;
+  std::vector<Channel> channels_;
+  std::vector<UndoEntry> undo_;
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+void run_launch(const SimExecutable& exe,
+                std::span<const rt::DevicePtr> addresses, DeviceMemory& memory,
+                Scratchpads& pads) {
+  Launch(exe, addresses, memory, pads).run();
+}
+
+}  // namespace spyre::sim

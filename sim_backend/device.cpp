@@ -1,0 +1,113 @@
+#include "device.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "dataflow/executable.h"
+#include "dataflow/launch.h"
+#include "spyre/runtime/error.h"
+#include "spyre/runtime/patcher.h"
+#include "spyre/sim/sim.h"
+#include "timing.h"
+#include "trace.h"
+
+namespace spyre::sim {
+
+SimDevice::SimDevice(int index, uint64_t memory_bytes)
+    : table_(kTimingTable), memory_(memory_bytes) {
+  props_.name = "Spyre (emulated)";
+  props_.backend = "sim";
+  props_.index = index;
+  props_.num_cores = kNumCores;
+  props_.scratchpad_bytes = kScratchpadBytes;
+  props_.memory_bytes = memory_.size();
+  props_.clock_ghz = table_.clock_ghz;
+  props_.timing_table_version = table_.version;
+  if (const char* path = std::getenv("SPYRE_TRACE"); path && *path) {
+    trace_path_ = path;
+  }
+}
+
+rt::DevicePtr SimDevice::allocate(uint64_t bytes) {
+  return memory_.allocate(bytes);
+}
+void SimDevice::free(rt::DevicePtr ptr) { memory_.free(ptr); }
+uint64_t SimDevice::bytes_in_use() const { return memory_.bytes_in_use(); }
+
+double SimDevice::copy_to_device(rt::DevicePtr dst, const void* src,
+                                 uint64_t bytes) {
+  if (bytes == 0) return 0;
+  std::memcpy(memory_.translate(dst, bytes, "copy_to_device"), src, bytes);
+  return host_copy_ns(bytes, table_);
+}
+
+double SimDevice::copy_to_host(void* dst, rt::DevicePtr src, uint64_t bytes) {
+  if (bytes == 0) return 0;
+  std::memcpy(dst, memory_.translate(src, bytes, "copy_to_host"), bytes);
+  return host_copy_ns(bytes, table_);
+}
+
+double SimDevice::copy_on_device(rt::DevicePtr dst, rt::DevicePtr src,
+                                 uint64_t bytes) {
+  if (bytes == 0) return 0;
+  uint8_t* to = memory_.translate(dst, bytes, "copy_on_device destination");
+  const uint8_t* from = memory_.translate(src, bytes, "copy_on_device source");
+  std::memmove(to, from, bytes);
+  return device_copy_ns(bytes, bytes, table_);  // read + write via DRAM
+}
+
+double SimDevice::fill(rt::DevicePtr dst, uint8_t value, uint64_t bytes) {
+  if (bytes == 0) return 0;
+  std::memset(memory_.translate(dst, bytes, "fill"), value, bytes);
+  return device_copy_ns(0, bytes, table_);
+}
+
+std::unique_ptr<rt::Executable> SimDevice::prepare(const rt::Program& program,
+                                                   const rt::PatchPlan& plan) {
+  auto exe = std::make_unique<SimExecutable>(program, plan);
+  schedule(*exe, table_, props_.num_cores);
+  return exe;
+}
+
+std::unique_ptr<Scratchpads> SimDevice::take_scratchpads() {
+  std::lock_guard lock(pads_mutex_);
+  if (free_pads_.empty()) {
+    auto pads = std::make_unique<Scratchpads>();
+    pads->cores.resize(props_.num_cores);
+    return pads;
+  }
+  auto pads = std::move(free_pads_.back());
+  free_pads_.pop_back();
+  return pads;
+}
+
+void SimDevice::return_scratchpads(std::unique_ptr<Scratchpads> pads) {
+  std::lock_guard lock(pads_mutex_);
+  free_pads_.push_back(std::move(pads));
+}
+
+rt::LaunchStats SimDevice::execute(const rt::Executable& executable,
+                                   std::span<const rt::DevicePtr> addresses) {
+  const auto* exe = dynamic_cast<const SimExecutable*>(&executable);
+  rt::check(exe != nullptr, rt::ErrorCode::kInvalidArgument,
+            "sim: execute() got an executable another backend prepared");
+  if (exe->deadlock)
+    throw rt::Error(rt::ErrorCode::kDeviceError, *exe->deadlock);
+  rt::check(addresses.size() == exe->relocations.size(),
+            rt::ErrorCode::kInvalidArgument, "sim: execute() of '", exe->name,
+            "' got ", addresses.size(), " addresses for ",
+            exe->relocations.size(), " relocations");
+  // A launch may run on several streams at once: each takes its own set.
+  auto pads = take_scratchpads();
+  try {
+    run_launch(*exe, addresses, memory_, *pads);
+  } catch (...) {
+    return_scratchpads(std::move(pads));
+    throw;
+  }
+  return_scratchpads(std::move(pads));
+  if (trace_path_) append_trace(*trace_path_, *exe, props_.index, table_);
+  return exe->stats;
+}
+
+}  // namespace spyre::sim

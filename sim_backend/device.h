@@ -1,0 +1,57 @@
+// The emulated device: memory, copies, prepare (decode + static schedule)
+// and functional execution of launches on a small pool of host threads.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "memory.h"
+#include "spyre/runtime/device.h"
+#include "spyre/sim/timing_table.h"
+
+namespace spyre::sim {
+
+class SimExecutable;
+
+// One launch's scratchpads (per physical core, allocated on first use).
+struct Scratchpads {
+  std::vector<std::unique_ptr<uint8_t[]>> cores;
+};
+
+class SimDevice : public rt::Device {
+ public:
+  SimDevice(int index, uint64_t memory_bytes);
+
+  const rt::DeviceProperties& properties() const override { return props_; }
+  rt::DevicePtr allocate(uint64_t bytes) override;
+  void free(rt::DevicePtr ptr) override;
+  uint64_t bytes_in_use() const override;
+
+  double copy_to_device(rt::DevicePtr dst, const void* src,
+                        uint64_t bytes) override;
+  double copy_to_host(void* dst, rt::DevicePtr src, uint64_t bytes) override;
+  double copy_on_device(rt::DevicePtr dst, rt::DevicePtr src,
+                        uint64_t bytes) override;
+  double fill(rt::DevicePtr dst, uint8_t value, uint64_t bytes) override;
+
+  std::unique_ptr<rt::Executable> prepare(const rt::Program& program,
+                                          const rt::PatchPlan& plan) override;
+  rt::LaunchStats execute(const rt::Executable& exe,
+                          std::span<const rt::DevicePtr> addresses) override;
+
+ private:
+  std::unique_ptr<Scratchpads> take_scratchpads();
+  void return_scratchpads(std::unique_ptr<Scratchpads> pads);
+
+  rt::DeviceProperties props_;
+  const TimingTable& table_;
+  DeviceMemory memory_;
+  std::optional<std::string> trace_path_;
+  std::mutex pads_mutex_;
+  std::vector<std::unique_ptr<Scratchpads>> free_pads_;
+};
+
+}  // namespace spyre::sim
