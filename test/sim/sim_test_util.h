@@ -1,0 +1,130 @@
+// Helpers for the emulator device tests: a sim device, program builders
+// and a way to run a program on bound device buffers.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "spyre/runtime/device.h"
+#include "spyre/runtime/patcher.h"
+#include "spyre/runtime/program.h"
+#include "spyre/sim/sim.h"
+#include "spyre/sim/timing_table.h"
+
+namespace spyre::sim::test {
+
+inline constexpr uint32_t kFootprint = 2u << 20;
+
+// A small device: sanitizer builds cannot afford many huge reservations.
+inline std::unique_ptr<rt::Device> small_device(uint64_t gib = 1) {
+  return make_sim_device(0, gib << 30);
+}
+
+inline rt::StickTransfer xfer(uint32_t slot, uint64_t offset, uint32_t spad,
+                              uint32_t run_bytes, uint32_t count1 = 1,
+                              int64_t dram_stride1 = 0,
+                              uint32_t spad_stride1 = 0, uint32_t count2 = 1,
+                              int64_t dram_stride2 = 0,
+                              uint32_t spad_stride2 = 0) {
+  rt::StickTransfer x;
+  x.dram = {slot, offset};
+  x.spad = spad;
+  x.run_bytes = run_bytes;
+  x.count1 = count1;
+  x.count2 = count2;
+  x.dram_stride1 = dram_stride1;
+  x.dram_stride2 = dram_stride2;
+  x.spad_stride1 = spad_stride1;
+  x.spad_stride2 = spad_stride2;
+  return x;
+}
+
+inline rt::DmaLoad load(const rt::StickTransfer& x) { return rt::DmaLoad{x}; }
+inline rt::DmaStore store(const rt::StickTransfer& x) {
+  return rt::DmaStore{x};
+}
+
+inline rt::Tile tile(uint32_t offset, rt::DType dtype, int32_t row_stride,
+                     int32_t col_stride = -1) {
+  if (col_stride < 0)
+    col_stride = static_cast<int32_t>(rt::element_size(dtype));
+  return rt::Tile{offset, dtype, row_stride, col_stride};
+}
+
+inline rt::Vector vec(rt::VecOp op, rt::Tile dst, rt::Tile src0, uint32_t rows,
+                      uint32_t cols) {
+  rt::Vector v;
+  v.op = op;
+  v.dst = dst;
+  v.src0 = src0;
+  v.src1 = src0;
+  v.src2 = src0;
+  v.rows = rows;
+  v.cols = cols;
+  return v;
+}
+
+inline rt::ArgSlot slot(const char* name, uint64_t bytes,
+                        rt::DType dtype = rt::DType::kFloat16,
+                        bool output = false) {
+  rt::ArgSlot s;
+  s.name = name;
+  s.dtype = dtype;
+  s.bytes = bytes;
+  s.is_output = output;
+  return s;
+}
+
+inline rt::CoreProgram core(uint32_t id, std::vector<rt::Instruction> insts) {
+  return rt::CoreProgram{id, kFootprint, std::move(insts)};
+}
+
+// Device buffers bound to a program's slots, with host-side helpers.
+struct Buffers {
+  rt::Device& device;
+  std::vector<rt::ArgBinding> bindings;
+
+  Buffers(rt::Device& dev, const rt::Program& program) : device(dev) {
+    for (const rt::ArgSlot& s : program.args) {
+      rt::ArgBinding b;
+      b.ptr = device.allocate(s.bytes);
+      b.bytes = rt::round_up_to_sticks(s.bytes);
+      b.dtype = s.dtype;
+      b.device_size = s.layout.device_size;
+      device.fill(b.ptr, 0, b.bytes);
+      bindings.push_back(b);
+    }
+  }
+  ~Buffers() {
+    for (const auto& b : bindings) device.free(b.ptr);
+  }
+  template <typename T>
+  void upload(size_t slot, const std::vector<T>& data) {
+    device.copy_to_device(bindings[slot].ptr, data.data(),
+                          data.size() * sizeof(T));
+  }
+  template <typename T>
+  std::vector<T> download(size_t slot) {
+    std::vector<T> out(bindings[slot].bytes / sizeof(T));
+    device.copy_to_host(out.data(), bindings[slot].ptr, out.size() * sizeof(T));
+    return out;
+  }
+};
+
+// Loads (validates, plans, prepares) and runs `program` once.
+inline rt::LaunchStats run(rt::Device& device, const rt::Program& program,
+                           Buffers& buffers) {
+  rt::LoadedProgram loaded(device, program);
+  return loaded.run(buffers.bindings);
+}
+
+// Modelled stats of a program without caring about its data.
+inline rt::LaunchStats modelled(rt::Device& device,
+                                const rt::Program& program) {
+  Buffers buffers(device, program);
+  return run(device, program, buffers);
+}
+
+}  // namespace spyre::sim::test
