@@ -57,6 +57,9 @@ class HazardTracker {
            std::vector<uint32_t>& deps) {
     if (hi <= lo) return;
     for (const LiveAccess& old : live_) {
+      // An instruction that reads and writes one range (an accumulating
+      // matmul's C) must not depend on itself.
+      if (old.instruction == instruction) continue;
       bool overlaps = old.lo < hi && lo < old.hi;
       if (overlaps && (write || old.write)) deps.push_back(old.instruction);
     }
