@@ -4,10 +4,15 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <optional>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "spyre/runtime/device.h"
+#include "spyre/runtime/error.h"
 #include "spyre/runtime/patcher.h"
 #include "spyre/runtime/program.h"
 #include "spyre/sim/sim.h"
@@ -111,7 +116,39 @@ struct Buffers {
     device.copy_to_host(out.data(), bindings[slot].ptr, out.size() * sizeof(T));
     return out;
   }
+  // Every slot's bytes, to show a failed launch left memory untouched.
+  std::vector<std::vector<uint8_t>> snapshot() {
+    std::vector<std::vector<uint8_t>> out;
+    for (size_t s = 0; s < bindings.size(); ++s)
+      out.push_back(download<uint8_t>(s));
+    return out;
+  }
 };
+
+// Deterministic pseudo-random bytes (distinct per seed).
+inline std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<uint8_t> out(n);
+  for (uint8_t& b : out) b = static_cast<uint8_t>(gen() >> 24);
+  return out;
+}
+
+// The rt::Error `f` raises, or nullopt when it raises none.
+struct Raised {
+  rt::ErrorCode code;
+  std::string message;
+  bool mentions(const std::string& text) const {
+    return message.find(text) != std::string::npos;
+  }
+};
+inline std::optional<Raised> raised(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const rt::Error& e) {
+    return Raised{e.code(), e.what()};
+  }
+  return std::nullopt;
+}
 
 // Loads (validates, plans, prepares) and runs `program` once.
 inline rt::LaunchStats run(rt::Device& device, const rt::Program& program,
