@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "spyre/runtime/error.h"
 
@@ -155,6 +156,14 @@ SimExecutable::SimExecutable(const rt::Program& program,
     auto& insts = cores[ci].insts;
     HazardTracker scratchpad;
     std::map<uint32_t, HazardTracker> slots;
+    // Ring channels are the only ordering of device memory between cores
+    // (program.h; a zero-byte send is a token): a send waits for the core's
+    // earlier device accesses, and a device access waits for the core's
+    // earlier receives. Without this a token, which touches no scratchpad,
+    // let the other core's load start before this core's store had ended.
+    // The DMA and ring engines each run in program order, so the latest
+    // earlier instruction of each suffices.
+    std::optional<uint32_t> last_dma, last_recv;
     for (size_t i = 0; i < insts.size(); ++i) {
       uint32_t index = static_cast<uint32_t>(i);
       std::vector<uint32_t> deps;
@@ -163,6 +172,15 @@ SimExecutable::SimExecutable(const rt::Program& program,
       }
       for (const DeviceAccess& a : accesses[ci][i]) {
         slots[a.slot].add(a.lo, a.hi, a.write, index, deps);
+      }
+      const bool is_dma = insts[i].engine == Engine::kDma;
+      if (std::holds_alternative<rt::RingSend>(insts[i].inst) && last_dma) {
+        deps.push_back(*last_dma);
+      }
+      if (is_dma && last_recv) deps.push_back(*last_recv);
+      if (is_dma) last_dma = index;
+      if (std::holds_alternative<rt::RingRecv>(insts[i].inst)) {
+        last_recv = index;
       }
       std::sort(deps.begin(), deps.end());
       deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
