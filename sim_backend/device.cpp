@@ -66,6 +66,12 @@ std::unique_ptr<rt::Executable> SimDevice::prepare(const rt::Program& program,
                                                    const rt::PatchPlan& plan) {
   auto exe = std::make_unique<SimExecutable>(program, plan);
   schedule(*exe, table_, props_.num_cores);
+  // A program whose ring channels can never all complete is one the device
+  // cannot run: reject it at load (LoadedProgram's contract), not at every
+  // launch, where a stream would only report it asynchronously.
+  if (exe->deadlock) {
+    throw rt::Error(rt::ErrorCode::kMalformedProgram, *exe->deadlock);
+  }
   return exe;
 }
 
@@ -91,8 +97,6 @@ rt::LaunchStats SimDevice::execute(const rt::Executable& executable,
   const auto* exe = dynamic_cast<const SimExecutable*>(&executable);
   rt::check(exe != nullptr, rt::ErrorCode::kInvalidArgument,
             "sim: execute() got an executable another backend prepared");
-  if (exe->deadlock)
-    throw rt::Error(rt::ErrorCode::kDeviceError, *exe->deadlock);
   rt::check(addresses.size() == exe->relocations.size(),
             rt::ErrorCode::kInvalidArgument, "sim: execute() of '", exe->name,
             "' got ", addresses.size(), " addresses for ",

@@ -57,7 +57,7 @@ class SimExecutable : public rt::Executable {
   bool has_gather = false;
   rt::LaunchStats stats;
   // Set when the ring channels deadlock (a receive whose send can never
-  // run); execute() raises it before touching anything.
+  // run); prepare() rejects the program with it.
   std::optional<std::string> deadlock;
 
   // Index of `channel` in `channels`.

@@ -160,5 +160,31 @@ TEST(SimLaunchRing, SendsBeforeReceivesBothWaysRun) {
   EXPECT_EQ(buffers.download<uint8_t>(1), a);
 }
 
+TEST(SimLaunchRing, DeadlockedChannelsAreRejectedAtLoad) {
+  // A cycle of receives: 0 waits on 2, 2 on 1, 1 on 0, each before sending.
+  auto device = small_device();
+  rt::Program p;
+  p.name = "cycle";
+  p.args = {slot("x", 128, DType::kFloat16, true)};
+  rt::Constant k;
+  k.name = "k";
+  k.data.assign(128, 1);
+  p.constants = {k};
+  p.cores = {core(0, {recv(0, 2, 0, 128), send(1, 1, 0, 128),
+                      store(xfer(0, 0, 0, 128))}),
+             core(1, {recv(1, 0, 0, 128), send(2, 2, 0, 128)}),
+             core(2, {recv(2, 1, 0, 128), send(0, 0, 0, 128)})};
+  const uint64_t in_use = device->bytes_in_use();
+  auto error = raised([&] { rt::LoadedProgram loaded(*device, p); });
+  ASSERT_TRUE(error.has_value()) << "a deadlocking program loaded";
+  EXPECT_EQ(error->code, rt::ErrorCode::kMalformedProgram);
+  EXPECT_TRUE(error->mentions("deadlock")) << error->message;
+  EXPECT_TRUE(error->mentions("core 0 waits on channel 0 from core 2"))
+      << error->message;
+  EXPECT_TRUE(error->mentions("core 1 waits on channel 1 from core 0"))
+      << error->message;
+  EXPECT_EQ(device->bytes_in_use(), in_use) << "the constant was not freed";
+}
+
 }  // namespace
 }  // namespace spyre::sim::test
