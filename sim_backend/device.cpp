@@ -92,6 +92,29 @@ void SimDevice::return_scratchpads(std::unique_ptr<Scratchpads> pads) {
   free_pads_.push_back(std::move(pads));
 }
 
+// The patcher checked every access against the bindings' sizes, which the
+// caller states. Before anything runs, the device checks each access against
+// the real allocation of its tensor's first byte: a binding that overstates
+// its allocation, or an allocation freed while the launch waited on its
+// stream, is then a device error with nothing written (stores are undone only
+// for gathers, the one failure that cannot be checked up front).
+void SimDevice::check_accesses(const SimExecutable& exe,
+                               std::span<const rt::DevicePtr> addresses) const {
+  for (size_t r = 0; r < exe.relocations.size(); ++r) {
+    const rt::Relocation& rel = exe.relocations[r];
+    rt::DevicePtr base = addresses[r] - rel.offset;
+    uint64_t bytes = static_cast<uint64_t>(rel.hi - rel.lo);
+    rt::check(memory_.inside_allocation_of(base, base + rel.lo, bytes),
+              rt::ErrorCode::kDeviceError, "sim: launch of '", exe.name,
+              "': relocation ", r, " (core index ", rel.core_index,
+              ", instruction ", rel.instruction, ") of slot ", rel.slot,
+              " accesses bytes [", rel.lo, ", ", rel.hi,
+              ") of the tensor at device address 0x", std::hex, base,
+              ", outside every live allocation holding it; the launch was "
+              "abandoned and device memory left unchanged");
+  }
+}
+
 rt::LaunchStats SimDevice::execute(const rt::Executable& executable,
                                    std::span<const rt::DevicePtr> addresses) {
   const auto* exe = dynamic_cast<const SimExecutable*>(&executable);
@@ -101,6 +124,7 @@ rt::LaunchStats SimDevice::execute(const rt::Executable& executable,
             rt::ErrorCode::kInvalidArgument, "sim: execute() of '", exe->name,
             "' got ", addresses.size(), " addresses for ",
             exe->relocations.size(), " relocations");
+  check_accesses(*exe, addresses);
   // A launch may run on several streams at once: each takes its own set.
   auto pads = take_scratchpads();
   try {

@@ -43,6 +43,8 @@ class SimDevice : public rt::Device {
                           std::span<const rt::DevicePtr> addresses) override;
 
  private:
+  void check_accesses(const SimExecutable& exe,
+                      std::span<const rt::DevicePtr> addresses) const;
   std::unique_ptr<Scratchpads> take_scratchpads();
   void return_scratchpads(std::unique_ptr<Scratchpads> pads);
 

@@ -134,6 +134,19 @@ bool DeviceMemory::inside_allocation(uint64_t ptr, uint64_t bytes) const {
   return inside_locked(ptr, bytes);
 }
 
+bool DeviceMemory::inside_allocation_of(uint64_t anchor, uint64_t ptr,
+                                        uint64_t bytes) const {
+  std::shared_lock lock(mutex_);
+  if (anchor < guard_base() || ptr < guard_base()) return false;
+  auto it = live_.upper_bound(anchor - guard_base());
+  if (it == live_.begin()) return false;
+  --it;
+  uint64_t begin = it->first, end = it->first + it->second;
+  uint64_t offset = ptr - guard_base();
+  return anchor - guard_base() < end && offset >= begin && offset <= end &&
+         bytes <= end - offset;
+}
+
 uint8_t* DeviceMemory::translate(uint64_t ptr, uint64_t bytes,
                                  const char* what) const {
   std::shared_lock lock(mutex_);

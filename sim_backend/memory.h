@@ -34,6 +34,11 @@ class DeviceMemory {
   uint8_t* translate(uint64_t ptr, uint64_t bytes, const char* what) const;
   // The same check without translating; false when outside.
   bool inside_allocation(uint64_t ptr, uint64_t bytes) const;
+  // Whether [ptr, ptr + bytes) lies inside the live allocation that holds
+  // `anchor` (a tensor's first byte), so an access cannot spill from its
+  // tensor's allocation into a live neighbour. False when `anchor` is in none.
+  bool inside_allocation_of(uint64_t anchor, uint64_t ptr,
+                            uint64_t bytes) const;
   // Host pointer without a check, for ranges already checked.
   uint8_t* host(uint64_t ptr) const { return backing_ + (ptr - guard_base()); }
 

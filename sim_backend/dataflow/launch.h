@@ -2,12 +2,13 @@
 // program order; cores run cooperatively on a pool of two host threads, a
 // core parking at a RingRecv whose send has not run yet.
 //
-// Failure atomicity: the only data-dependent failure after validation and
-// patching is a bad DmaGather index (ring deadlocks are found statically at
-// prepare). A program with a gather therefore keeps an undo log: every
-// DmaStore saves the bytes of its extent before writing, and a failed launch
-// restores them in reverse order, so device memory is unchanged. Stores stay
-// direct (not buffered), so a later load in the same launch sees them.
+// Failure atomicity: the only data-dependent failure after validation,
+// patching and the device's own access check (SimDevice::execute) is a bad
+// DmaGather index (ring deadlocks are rejected at prepare). A program with a
+// gather therefore keeps an undo log: every DmaStore saves the bytes of its
+// extent before writing, and a failed launch restores them in reverse order, so
+// device memory is unchanged. Stores stay direct (not buffered), so a later
+// load in the same launch sees them.
 #pragma once
 
 #include <span>
