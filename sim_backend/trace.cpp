@@ -64,15 +64,20 @@ std::string launch_events(const SimExecutable& exe, int device,
 void append_trace(const std::string& path, const SimExecutable& exe, int device,
                   const TimingTable& table) {
   std::lock_guard lock(trace_mutex);
-  bool fresh = next_launch_us.find(path) == next_launch_us.end();
-  double& base_us = next_launch_us[path];
-  std::string events = launch_events(exe, device, table, base_us);
-  base_us += exe.stats.time_ns / 1000;
   // The first launch of a process starts the file; later ones replace the
   // closing bracket so the file is a valid JSON array after every launch.
-  FILE* f = std::fopen(path.c_str(), fresh ? "w" : "r+");
+  // A file removed since this process's last launch (old traces cleared)
+  // starts over too, rather than failing a launch that has already run.
+  bool known = next_launch_us.find(path) != next_launch_us.end();
+  FILE* f = known ? std::fopen(path.c_str(), "r+") : nullptr;
+  const bool fresh = f == nullptr;
+  if (fresh) f = std::fopen(path.c_str(), "w");
   rt::check(f != nullptr, rt::ErrorCode::kInvalidArgument,
             "sim: cannot open SPYRE_TRACE file '", path, "' for writing");
+  double& base_us = next_launch_us[path];
+  if (fresh) base_us = 0;  // a new file starts its own timeline
+  std::string events = launch_events(exe, device, table, base_us);
+  base_us += exe.stats.time_ns / 1000;
   if (fresh) {
     std::fputs("[\n", f);
   } else {
