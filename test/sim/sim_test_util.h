@@ -130,10 +130,17 @@ struct Buffers {
 // one at a time, so no other thread reads the environment meanwhile.
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+  // A null `value` unsets the variable for the scope.
+  ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
   }
+  ScopedEnv(const char* name, const std::string& value)
+      : ScopedEnv(name, value.c_str()) {}
   ~ScopedEnv() {
     if (old_) {
       setenv(name_, old_->c_str(), 1);
