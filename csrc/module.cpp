@@ -12,6 +12,7 @@
 #include "fallback_stats.h"
 #include "generator.h"
 #include "pinned_host.h"
+#include "program_bindings.h"
 #include "spyre/runtime/stream.h"
 #include "storage_ops.h"
 
@@ -223,4 +224,5 @@ PYBIND11_MODULE(_C, m) {
   bind_memory(m);
   bind_layout(m);
   bind_fallback(m);
+  glue::bind_programs(m);
 }

@@ -290,3 +290,17 @@ def strict(enabled=True):
         yield
     finally:
         _C.set_strict(previous)
+
+
+_INDUCTOR_HOOKS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
+
+
+def __getattr__(name):
+    # Inductor looks these up on the device module the first time it compiles
+    # for spyre (torch._inductor.codegen.common.init_backend_registration);
+    # the compiler is imported then, never at `import torch`.
+    if name in _INDUCTOR_HOOKS:
+        from torch_spyre import _inductor
+        _inductor.register()
+        return _inductor.inductor_hooks()[name]
+    raise AttributeError(f"module 'torch.spyre' has no attribute {name!r}")

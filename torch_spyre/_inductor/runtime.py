@@ -1,0 +1,61 @@
+"""What compiled modules call at run time: load each program once, launch it
+per call.
+
+A compiled module defines one `SpyreKernel` per kernel at import (the
+program's bytes are embedded in the module, so loading it again in another
+process compiles nothing) and calls `launch` with the kernel's tensors.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+
+from .. import _C
+
+_lock = threading.Lock()
+_stats = {"kernels_loaded": 0, "launches": 0}
+
+
+def stats() -> dict:
+    """Counters of compiled spyre kernels in this process: programs loaded,
+    launches (each one a device program run through the patcher)."""
+    with _lock:
+        return dict(_stats)
+
+
+def reset_stats() -> None:
+    with _lock:
+        for k in _stats:
+            _stats[k] = 0
+
+
+class SpyreKernel:
+    """A device program of one compiled kernel, loaded at most once per
+    device (validated, patch plan computed, prepared by the backend)."""
+
+    def __init__(self, name: str, program_b64: str, arg_names: list[str]):
+        self.name = name
+        self._data = base64.b64decode(program_b64)
+        self.arg_names = list(arg_names)
+        self._loaded = {}
+
+    def _program(self, device_index: int):
+        program = self._loaded.get(device_index)
+        if program is None:
+            program = _C.CompiledProgram(self._data, device_index)
+            self._loaded[device_index] = program
+            with _lock:
+                _stats["kernels_loaded"] += 1
+        return program
+
+    def launch(self, tensors) -> None:
+        program = self._program(tensors[0].device.index or 0)
+        program.launch(tensors)
+        with _lock:
+            _stats["launches"] += 1
+
+
+def get_raw_stream(device_index: int) -> int:
+    import torch
+    return torch.spyre.current_stream(device_index).stream_id

@@ -1,0 +1,101 @@
+"""Inductor scheduling for the spyre device: every fused group of pointwise
+and reduction nodes becomes one device program."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from torch._inductor import scheduler as sched
+from torch._inductor.codegen.common import BackendFeature, Kernel
+from torch._inductor.utils import sympy_product
+from torch._inductor.virtualized import V
+from torch.utils._ordered_set import OrderedSet
+
+from .capture import SpyreLoweringError, capture_node
+from .lowering import check_group, lower_kernel
+
+# Kernels compiled in this process, for tests and benchmarks: name -> info.
+compiled_kernels: dict = {}
+
+
+class SpyreScheduling(sched.BaseScheduling):
+    def __init__(self, scheduler):
+        super().__init__(scheduler)
+        self._captured = {}
+
+    def get_backend_features(self, device):
+        # One program reduces a whole row: Inductor must not split
+        # reductions into partial kernels.
+        return OrderedSet([BackendFeature.REDUCE_TO_SINGLE_ELEMENT])
+
+    def group_fn(self, sizes):
+        return tuple(V.graph.sizevars.simplify(sympy_product(s)) for s in sizes)
+
+    def _capture(self, snode):
+        name = snode.get_name()
+        if name not in self._captured:
+            self._captured[name] = capture_node(snode)
+        return self._captured[name]
+
+    def _compatible(self, node1, node2) -> bool:
+        nodes = list(node1.get_nodes()) + list(node2.get_nodes())
+        if not all(isinstance(n, sched.SchedulerNode) for n in nodes):
+            return False
+        try:
+            check_group("fusion", [self._capture(n) for n in nodes], removable=set())
+        except SpyreLoweringError:
+            return False
+        return True
+
+    def can_fuse_vertical(self, node1, node2) -> bool:
+        return self._compatible(node1, node2)
+
+    def can_fuse_horizontal(self, node1, node2) -> bool:
+        return self._compatible(node1, node2)
+
+    def codegen_node(self, node) -> None:
+        nodes = list(node.get_nodes())
+        wrapper = V.graph.wrapper_code
+        fused_names = OrderedSet(n.get_name() for n in nodes)
+        removable = set()
+        outputs = set(V.graph.get_output_names())
+        for n in nodes:
+            for buf in n.get_outputs():
+                name = buf.get_name()
+                if name not in outputs and \
+                        self.scheduler.can_buffer_be_removed_through_fusion(name, fused_names):
+                    removable.add(name)
+        kernel_name = f"spyre_kernel_{len(compiled_kernels)}_{nodes[0].get_name()}"
+        plan = check_group(kernel_name, [self._capture(n) for n in nodes], removable)
+        spec, arg_names, info = lower_kernel(plan)
+        data = spec.serialize()
+        info.update(name=kernel_name, nodes=[n.get_name() for n in nodes],
+                    program_bytes=len(data), args=arg_names)
+        compiled_kernels[kernel_name] = info
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        encoded = base64.b64encode(data).decode()
+        wrapper.header.splice(
+            f"{kernel_name} = SpyreKernel({kernel_name!r}, '{encoded}', {arg_names!r})"
+            f"  # sha256 {digest}, {info['cores']} cores, {info['instructions']} instructions")
+        with V.set_kernel_handler(Kernel()):
+            for n in nodes:
+                n.mark_run()
+        wrapper.writeline(f"{kernel_name}.launch([{', '.join(arg_names)}])")
+        V.graph.removed_buffers |= plan.internal
+        self.free_buffers_in_scheduler()
+
+    def codegen_template(self, template_node, epilogue_nodes, prologue_nodes):
+        raise NotImplementedError("the spyre backend has no template kernels")
+
+    def codegen_sync(self) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def ready_to_flush(self) -> bool:
+        return False
+
+    def benchmark_fused_nodes(self, nodes):
+        raise NotImplementedError("spyre kernels are not benchmarked during fusion")
