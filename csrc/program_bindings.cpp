@@ -9,9 +9,8 @@
 
 #include <torch/csrc/utils/pybind.h>
 
-#include <string>
-
 #include <memory>
+#include <string>
 
 #include "allocator.h"
 #include "device_state.h"
@@ -97,10 +96,10 @@ class ProgramSpec {
 };
 
 rt::StickTransfer transfer(uint32_t slot, uint64_t offset, uint32_t spad,
-                           uint32_t run_bytes, uint32_t count1,
-                           uint32_t count2, int64_t dram_stride1,
-                           int64_t dram_stride2, uint32_t spad_stride1,
-                           uint32_t spad_stride2, uint32_t share_group) {
+                           uint32_t run_bytes, uint32_t count1, uint32_t count2,
+                           int64_t dram_stride1, int64_t dram_stride2,
+                           uint32_t spad_stride1, uint32_t spad_stride2,
+                           uint32_t share_group) {
   rt::StickTransfer x;
   x.dram = rt::SymAddr{slot, offset};
   x.spad = spad;
@@ -188,10 +187,10 @@ void bind_spec(py::module_& m) {
              uint32_t count2, int64_t dram_stride1, int64_t dram_stride2,
              uint32_t spad_stride1, uint32_t spad_stride2,
              uint32_t share_group) {
-            s.emit(core, rt::DmaLoad{transfer(
-                             slot, offset, spad, run_bytes, count1, count2,
-                             dram_stride1, dram_stride2, spad_stride1,
-                             spad_stride2, share_group)});
+            s.emit(core, rt::DmaLoad{transfer(slot, offset, spad, run_bytes,
+                                              count1, count2, dram_stride1,
+                                              dram_stride2, spad_stride1,
+                                              spad_stride2, share_group)});
           },
           py::arg("core"), py::arg("slot"), py::arg("offset"), py::arg("spad"),
           py::arg("run_bytes"), py::arg("count1") = 1, py::arg("count2") = 1,
@@ -204,10 +203,10 @@ void bind_spec(py::module_& m) {
              uint32_t spad, uint32_t run_bytes, uint32_t count1,
              uint32_t count2, int64_t dram_stride1, int64_t dram_stride2,
              uint32_t spad_stride1, uint32_t spad_stride2) {
-            s.emit(core, rt::DmaStore{transfer(slot, offset, spad, run_bytes,
-                                               count1, count2, dram_stride1,
-                                               dram_stride2, spad_stride1,
-                                               spad_stride2, 0)});
+            s.emit(core,
+                   rt::DmaStore{transfer(slot, offset, spad, run_bytes, count1,
+                                         count2, dram_stride1, dram_stride2,
+                                         spad_stride1, spad_stride2, 0)});
           },
           py::arg("core"), py::arg("slot"), py::arg("offset"), py::arg("spad"),
           py::arg("run_bytes"), py::arg("count1") = 1, py::arg("count2") = 1,
@@ -288,14 +287,12 @@ void bind_spec(py::module_& m) {
              return py::bytes(reinterpret_cast<const char*>(bytes.data()),
                               bytes.size());
            })
-      .def_property_readonly("num_args",
-                             [](const ProgramSpec& s) {
-                               return s.program().args.size();
-                             })
-      .def_property_readonly("num_cores",
-                             [](const ProgramSpec& s) {
-                               return s.program().cores.size();
-                             })
+      .def_property_readonly(
+          "num_args",
+          [](const ProgramSpec& s) { return s.program().args.size(); })
+      .def_property_readonly(
+          "num_cores",
+          [](const ProgramSpec& s) { return s.program().cores.size(); })
       .def_property_readonly("instruction_count", [](const ProgramSpec& s) {
         return instruction_count(s.program());
       });
@@ -317,17 +314,26 @@ namespace glue = spyre::torch_glue;
 
 rt::DType runtime_dtype(at::ScalarType t) {
   switch (t) {
-    case at::kHalf: return rt::DType::kFloat16;
-    case at::kBFloat16: return rt::DType::kBFloat16;
-    case at::kFloat: return rt::DType::kFloat32;
-    case at::kChar: return rt::DType::kInt8;
-    case at::kInt: return rt::DType::kInt32;
-    case at::kLong: return rt::DType::kInt64;
-    case at::kBool: return rt::DType::kBool;
-    case at::kByte: return rt::DType::kUInt8;
+    case at::kHalf:
+      return rt::DType::kFloat16;
+    case at::kBFloat16:
+      return rt::DType::kBFloat16;
+    case at::kFloat:
+      return rt::DType::kFloat32;
+    case at::kChar:
+      return rt::DType::kInt8;
+    case at::kInt:
+      return rt::DType::kInt32;
+    case at::kLong:
+      return rt::DType::kInt64;
+    case at::kBool:
+      return rt::DType::kBool;
+    case at::kByte:
+      return rt::DType::kUInt8;
     default:
-      throw std::invalid_argument(std::string("spyre program: no device dtype for ") +
-                                  c10::toString(t));
+      throw std::invalid_argument(
+          std::string("spyre program: no device dtype for ") +
+          c10::toString(t));
   }
 }
 
@@ -356,10 +362,10 @@ class CompiledProgram {
   void launch(const std::vector<at::Tensor>& tensors) {
     const auto& slots = loaded_->program().args;
     if (tensors.size() != slots.size()) {
-      throw std::invalid_argument(
-          "spyre program '" + loaded_->program().name + "' takes " +
-          std::to_string(slots.size()) + " tensors, got " +
-          std::to_string(tensors.size()));
+      throw std::invalid_argument("spyre program '" + loaded_->program().name +
+                                  "' takes " + std::to_string(slots.size()) +
+                                  " tensors, got " +
+                                  std::to_string(tensors.size()));
     }
     std::vector<rt::ArgBinding> args;
     args.reserve(tensors.size());
@@ -369,8 +375,7 @@ class CompiledProgram {
                                     runtime_dtype(t.scalar_type()),
                                     a.layout->device_size});
     }
-    rt::Stream& stream =
-        glue::runtime_stream(glue::current_stream(index_));
+    rt::Stream& stream = glue::runtime_stream(glue::current_stream(index_));
     const c10::DeviceIndex index = index_;
     std::shared_ptr<rt::LoadedProgram> keep = loaded_;
     glue::call_runtime([&] {

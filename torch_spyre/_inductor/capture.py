@@ -81,6 +81,7 @@ class CaptureHandler(DefaultHandler):
     def __init__(self, node_name: str):
         self.node_name = node_name
         self.stores: list[Store] = []
+        self.values: list[Value] = []  # loads and index expressions
 
     def _default(self, name: str, args: tuple, kwargs: dict) -> Any:
         if kwargs:
@@ -88,7 +89,9 @@ class CaptureHandler(DefaultHandler):
         return Value(name, tuple(args), _result_dtype(name, args))
 
     def load(self, name: str, index: sympy.Expr) -> Value:
-        return Value("load", (name, index), V.graph.get_dtype(name))
+        v = Value("load", (name, index), V.graph.get_dtype(name))
+        self.values.append(v)
+        return v
 
     def store(self, name, index, value, mode=None) -> None:
         if mode is not None:
@@ -117,7 +120,9 @@ class CaptureHandler(DefaultHandler):
         return Value("constant", (value,), dtype)
 
     def index_expr(self, expr, dtype) -> Value:
-        return Value("index_expr", (sympy.sympify(expr),), dtype)
+        v = Value("index_expr", (sympy.sympify(expr),), dtype)
+        self.values.append(v)
+        return v
 
     def to_dtype(self, x, dtype, src_dtype=None, use_compute_types=True) -> Value:
         return Value("to_dtype", (x,), dtype)
@@ -158,16 +163,19 @@ class CapturedNode:
         return bool(self.reduction_sizes)
 
 
-def _static_ints(sizes, what: str, node_name: str) -> list[int]:
-    out = []
-    for s in sizes:
-        s = V.graph.sizevars.simplify(s)
-        if not isinstance(s, (int, sympy.Integer)):
-            raise SpyreLoweringError(
-                f"{node_name}: {what} {list(sizes)} are symbolic; the spyre backend "
-                "lowers static shapes only (compile with dynamic=False, or mark_static)")
-        out.append(int(s))
-    return out
+def _static_ints(sizes) -> list[int]:
+    # Symbolic sizes (dynamic=True) are specialised to this call's values
+    # with guards: a device program is built for concrete shapes, and a call
+    # with other sizes recompiles.
+    return [V.graph.sizevars.guard_int(s) for s in sizes]
+
+
+def _specialise(expr, keep):
+    expr = sympy.sympify(expr)
+    syms = [s for s in expr.free_symbols if s not in keep]
+    if not syms:
+        return expr
+    return expr.xreplace({s: V.graph.sizevars.guard_int(s) for s in syms})
 
 
 def capture_node(snode) -> CapturedNode:
@@ -176,8 +184,8 @@ def capture_node(snode) -> CapturedNode:
     name = snode.get_name()
     (sizes, reduction_sizes), body, (index_vars, reduce_vars) = \
         buffer.get_default_sizes_body()
-    sizes = _static_ints(sizes, "sizes", name)
-    reduction_sizes = _static_ints(reduction_sizes, "reduction sizes", name)
+    sizes = _static_ints(sizes)
+    reduction_sizes = _static_ints(reduction_sizes)
     # fresh symbols: the body's own ones may not be passed back in
     index_vars = [sympy.Symbol(f"sp{i}", integer=True, nonnegative=True)
                   for i in range(len(index_vars))]
@@ -186,5 +194,14 @@ def capture_node(snode) -> CapturedNode:
     handler = CaptureHandler(name)
     with V.set_ops_handler(handler):
         body(index_vars, reduce_vars)
+    keep = set(index_vars) | set(reduce_vars)
+    for value in handler.values:
+        if value.op in ("load", "index_expr"):
+            i = 1 if value.op == "load" else 0
+            args = list(value.args)
+            args[i] = _specialise(args[i], keep)
+            value.args = tuple(args)
+    for st in handler.stores:
+        st.index = _specialise(st.index, keep)
     return CapturedNode(name, sizes, reduction_sizes, list(index_vars),
                         list(reduce_vars), handler.stores)

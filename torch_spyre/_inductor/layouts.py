@@ -120,11 +120,8 @@ class BufferLayout:
 
 
 def _static(x, what: str, name: str) -> int:
-    x = V.graph.sizevars.simplify(sympy.sympify(x))
-    if not isinstance(x, (int, sympy.Integer)):
-        raise SpyreLoweringError(f"{name}: {what} {x} is symbolic; the spyre backend lowers "
-                                 "static shapes only")
-    return int(x)
+    # specialised with a guard (see capture._static_ints)
+    return V.graph.sizevars.guard_int(x)
 
 
 def buffer_layout(name: str) -> BufferLayout:

@@ -584,6 +584,17 @@ class Emitter:
                 self._vec(VecOp.fill, weight, [], 1, 1, imm=float(K))
                 cache.update({0: mean, 1: m2, 2: weight})
             return cache[red.part]
+        if rt in ("any", "all"):
+            # as numbers: any = max(x != 0), all = min(x != 0)
+            as_float = self._new_tile(torch.float32, x.has_rows, True, R, K)
+            self._vec(VecOp.copy, as_float, [x], rows, K)
+            folded = self._new_tile(torch.float32, x.has_rows, False, R, K)
+            self._reduce(RedOp.max if rt == "any" else RedOp.min, folded, as_float, rows, K)
+            self._free(as_float)
+            dst = self._new_tile(torch.bool, x.has_rows, False, R, K)
+            self._vec(VecOp.ne, dst, [folded], rows, 1, imm=0.0)
+            self._free(folded)
+            return dst
         if rt not in REDUCE:
             raise SpyreLoweringError(f"{self.plan.name}: reduction {rt!r} has no device lowering")
         arg = rt in ("argmax", "argmin")

@@ -1,0 +1,66 @@
+"""torch.compile on spyre: pointwise kernels (fused chains, broadcasting,
+layouts, dtypes) run as device programs."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from compile_util import compile_and_compare
+from torch_spyre._inductor import scheduling
+
+h = torch.float16
+
+
+def test_fused_chain_is_one_device_program():
+    x, y = torch.randn(64, 200, dtype=h), torch.randn(200, dtype=h)
+    compile_and_compare(lambda a, b: torch.relu(a * 2.0 + b).sigmoid() - 0.5, x, y,
+                        expect_kernels=1)
+
+
+@pytest.mark.parametrize("shape_a,shape_b", [
+    ((33, 70), (70,)),         # row broadcast
+    ((33, 70), (33, 1)),       # column broadcast (walks the other stick dim)
+    ((4, 33, 70), (33, 70)),   # leading broadcast
+    ((4, 33, 70), (4, 1, 70)),
+    ((4, 1, 70), (1, 33, 1)),  # both broadcast
+    ((5000,), (1,)),           # 1-D, split across cores
+])
+def test_broadcasting(shape_a, shape_b):
+    a, b = torch.randn(shape_a, dtype=h), torch.randn(shape_b, dtype=h)
+    compile_and_compare(lambda x, y: (x - y) * torch.tanh(x), a, b)
+
+
+@pytest.mark.parametrize("fn", [
+    F.gelu, F.silu, torch.exp, torch.sigmoid, torch.abs, torch.rsqrt,
+    lambda x: torch.clamp(x, -0.5, 0.5), lambda x: torch.where(x > 0, x, 0.1 * x),
+    lambda x: x.pow(2) + 1.0 / (x.abs() + 1.0),
+], ids=["gelu", "silu", "exp", "sigmoid", "abs", "rsqrt", "clamp", "where", "pow_recip"])
+def test_unary_families(fn):
+    x = torch.randn(48, 130, dtype=h)
+    if fn is torch.rsqrt:
+        x = x.abs() + 0.5
+    compile_and_compare(fn, x)
+
+
+def test_transposed_input():
+    a, b = torch.randn(70, 33, dtype=h), torch.randn(33, 70, dtype=h)
+    compile_and_compare(lambda x, y: x.t() + y, a, b)
+
+
+def test_float32_and_bfloat16():
+    compile_and_compare(lambda x: x * 3.0 + 1.0, torch.randn(40, 50))
+    compile_and_compare(lambda x: x * 3.0 + 1.0, torch.randn(40, 50, dtype=torch.bfloat16),
+                        tol=dict(atol=2e-2, rtol=2e-2))
+
+
+def test_multiple_outputs_and_reused_intermediates():
+    x = torch.randn(64, 96, dtype=h)
+    compile_and_compare(lambda a: (a.exp(), a.exp() * a, torch.tanh(a)), x)
+
+
+def test_kernel_records_cores_and_blocks():
+    scheduling.compiled_kernels.clear()
+    compile_and_compare(lambda a: a * 2.0, torch.randn(512, 256, dtype=h))
+    (info,) = scheduling.compiled_kernels.values()
+    assert info["cores"] == 32
+    assert info["double_buffered"]

@@ -1,0 +1,63 @@
+"""torch.compile on spyre: reductions along every dim, and the fused
+normalisations (softmax, layer_norm, rms_norm) as single device programs."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from compile_util import NORM_TOL, REDUCTION_TOL, compile_and_compare
+
+h = torch.float16
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+@pytest.mark.parametrize("op", ["sum", "amax", "amin", "mean"])
+def test_reduction_along_every_dim(op, dim):
+    x = torch.randn(6, 33, 70, dtype=h)
+    compile_and_compare(lambda a: getattr(a, op)(dim), x, tol=REDUCTION_TOL)
+
+
+def test_keepdim_and_epilogue_fuse():
+    x = torch.randn(64, 300, dtype=h)
+    compile_and_compare(lambda a: a - a.mean(-1, keepdim=True), x, tol=REDUCTION_TOL,
+                        expect_kernels=1)
+
+
+@pytest.mark.parametrize("dim", [0, -1])
+def test_softmax(dim):
+    x = torch.randn(96, 200, dtype=h)
+    compile_and_compare(lambda a: torch.softmax(a, dim), x, tol=NORM_TOL)
+
+
+def test_softmax_is_one_kernel():
+    compile_and_compare(lambda a: torch.softmax(a, -1), torch.randn(128, 256, dtype=h),
+                        tol=NORM_TOL, expect_kernels=1)
+
+
+def test_layer_norm():
+    x = torch.randn(2, 40, 96, dtype=h)
+    w, b = torch.randn(96, dtype=h), torch.randn(96, dtype=h)
+    compile_and_compare(lambda a, w_, b_: F.layer_norm(a, (96,), w_, b_), x, w, b, tol=NORM_TOL,
+                        expect_kernels=1)
+
+
+def test_rms_norm():
+    x, w = torch.randn(50, 128, dtype=h), torch.randn(128, dtype=h)
+
+    def rms(a, w_):
+        return a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + 1e-6) * w_
+    compile_and_compare(rms, x, w, tol=NORM_TOL, expect_kernels=1)
+
+
+def test_causal_mask_softmax():
+    def masked(a):
+        n = a.shape[-1]
+        mask = torch.ones(n, n, dtype=torch.bool, device=a.device).triu(1)
+        return a.masked_fill(mask, float("-inf")).softmax(-1)
+    compile_and_compare(masked, torch.randn(64, 64, dtype=h), tol=NORM_TOL)
+
+
+def test_argmax():
+    x = torch.randn(40, 77, dtype=h)
+    compiled = torch.compile(lambda a: a.argmax(-1))
+    assert torch.equal(compiled(x.to("spyre")).cpu(), x.argmax(-1))
