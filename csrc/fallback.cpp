@@ -14,6 +14,7 @@
 #include "device_state.h"
 #include "fallback_stats.h"
 #include "generator.h"
+#include "ops/launch.h"
 
 namespace spyre::torch_glue {
 namespace {
@@ -103,8 +104,9 @@ void check_same_device(const std::string& op_name,
   }
 }
 
-void spyre_cpu_fallback(const c10::OperatorHandle& op,
-                        torch::jit::Stack* stack) {
+}  // namespace
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::OperatorName& name = op.schema().operator_name();
   const std::string op_name = name.overload_name.empty()
                                   ? name.name
@@ -125,8 +127,7 @@ void spyre_cpu_fallback(const c10::OperatorHandle& op,
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&spyre_cpu_fallback>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 
-}  // namespace
 }  // namespace spyre::torch_glue

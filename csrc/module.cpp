@@ -11,6 +11,7 @@
 #include "factory.h"
 #include "fallback_stats.h"
 #include "generator.h"
+#include "ops/launch.h"
 #include "pinned_host.h"
 #include "program_bindings.h"
 #include "spyre/runtime/stream.h"
@@ -215,6 +216,20 @@ void bind_fallback(py::module_& m) {
   m.def("is_strict", [] { return glue::strict_mode(); });
 }
 
+void bind_ops(py::module_& m) {
+  m.def("op_stats", [] {
+    const glue::ops::OpStats s = glue::ops::op_stats();
+    py::dict out;
+    out["launches"] = s.launches;
+    out["program_hits"] = s.program_hits;
+    out["program_misses"] = s.program_misses;
+    out["device_materializations"] = s.device_materializations;
+    out["host_materializations"] = s.host_materializations;
+    return out;
+  });
+  m.def("reset_op_stats", [] { glue::ops::reset_op_stats(); });
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -225,4 +240,5 @@ PYBIND11_MODULE(_C, m) {
   bind_layout(m);
   bind_fallback(m);
   glue::bind_programs(m);
+  bind_ops(m);
 }

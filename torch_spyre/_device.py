@@ -282,6 +282,19 @@ def is_strict():
     return _C.is_strict()
 
 
+# --- eager kernels -------------------------------------------------------------
+
+def op_stats():
+    """Counters of the eager-kernel launch path since the last reset:
+    launches, program cache hits and misses (programs built and loaded), and
+    views copied to a fresh layout on the device or through the host."""
+    return dict(_C.op_stats())
+
+
+def reset_op_stats():
+    _C.reset_op_stats()
+
+
 @contextlib.contextmanager
 def strict(enabled=True):
     previous = _C.is_strict()

@@ -1,0 +1,85 @@
+// Elementwise kernels over strided operands in device memory.
+//
+// The iteration space is `shape` = [outer..., cols] (at least one dim; the
+// last is the "cols" dim, which runs along the sticks of every operand that
+// is not broadcast along it). Each operand is a StickOperand: where element
+// (i0, ..., cols) of the iteration lies in its slot. A kernel is a short list
+// of vector steps over scratchpad tiles (inputs, fp32 temporaries, output),
+// so one launch does e.g. `a + alpha * b` with a single rounding.
+// Work is split across cores in tiles of whole output sticks, so no two cores
+// ever write the same stick.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "spyre/runtime/program.h"
+
+namespace spyre::kernels {
+
+// An operand's placement over the iteration space [outer..., cols].
+struct StickOperand {
+  rt::DType dtype = rt::DType::kFloat16;
+  // Byte offset in the slot of the stick holding element (0, ..., 0), and
+  // that element's position inside the stick.
+  uint64_t offset = 0;
+  uint32_t first = 0;
+  // Bytes per step of each outer dim (shape.size() - 1 entries); multiples
+  // of 128; 0 broadcasts.
+  std::vector<int64_t> strides;
+  // How the cols dim walks the operand:
+  //   kSticks:     element c is at stick (first + c) / E, `stick_stride`
+  //                bytes apart, position (first + c) % E;
+  //   kBroadcast:  every c reads the same element (cols stride 0).
+  enum class Cols : uint8_t { kSticks, kBroadcast } cols = Cols::kSticks;
+  int64_t stick_stride = rt::kStickBytes;
+
+  uint32_t elements_per_stick() const { return rt::elements_per_stick(dtype); }
+  // Appends what identifies the placement (for program cache keys).
+  void append_key(std::string& key) const;
+};
+
+// One vector step. Values are numbered: inputs 0..n_inputs-1, then each step
+// makes the next value. The last step's value is the output.
+struct ElementwiseStep {
+  rt::VecOp op = rt::VecOp::kCopy;
+  rt::DType dtype = rt::DType::kFloat32;  // of the value made (last: ignored)
+  int src[3] = {-1, -1, -1};              // value numbers, by arity
+  bool src1_is_imm = false;
+  double imm = 0;
+  double imm2 = 0;
+};
+
+// Steps by arity; `dtype` is that of the value made.
+ElementwiseStep copy_step(int src = 0);
+ElementwiseStep unary_step(rt::VecOp op, int src, rt::DType dtype);
+ElementwiseStep binary_step(rt::VecOp op, int src0, int src1, rt::DType dtype);
+ElementwiseStep scalar_step(rt::VecOp op, int src0, double imm,
+                            rt::DType dtype);
+ElementwiseStep select_step(int cond, int if_true, int if_false,
+                            rt::DType dtype);
+ElementwiseStep fill_step(double value, rt::DType dtype);
+
+struct ElementwiseKernel {
+  std::string name = "elementwise";
+  std::vector<int64_t> shape;  // iteration space; every size > 0
+  std::vector<StickOperand> inputs;
+  StickOperand output;
+  // The output's sticks hold data outside the iteration (a view into a
+  // larger row): they are loaded before being written, so those bytes
+  // survive.
+  bool output_read_modify_write = false;
+  std::vector<ElementwiseStep> steps;
+  uint32_t max_cores = 32;
+  uint32_t scratchpad_bytes = 2u << 20;
+  uint32_t scratchpad_reserve = 64u << 10;
+
+  void append_key(std::string& key) const;
+};
+
+// Slots: inputs 0..n-1, output n. Throws KernelBuildError when the kernel
+// cannot be built (e.g. a row's tile does not fit the scratchpad).
+rt::Program build_elementwise(const ElementwiseKernel& kernel);
+
+}  // namespace spyre::kernels

@@ -1,0 +1,448 @@
+#include "ops/launch.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "allocator.h"
+#include "device_state.h"
+#include "spyre/runtime/stream.h"
+#include "storage_ops.h"
+
+namespace spyre::torch_glue {
+namespace ops {
+namespace {
+
+struct Counters {
+  std::atomic<uint64_t> launches{0};
+  std::atomic<uint64_t> program_hits{0};
+  std::atomic<uint64_t> program_misses{0};
+  std::atomic<uint64_t> device_materializations{0};
+  std::atomic<uint64_t> host_materializations{0};
+};
+
+Counters& counters() {
+  static Counters all;
+  return all;
+}
+
+// Loaded programs of one device. Entries are never removed: launches queued
+// on a stream refer to their program until they ran.
+class ProgramCache {
+ public:
+  const rt::LoadedProgram& get(c10::DeviceIndex device, const std::string& key,
+                               c10::function_ref<rt::Program()> build) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = programs_.find(key);
+      if (it != programs_.end()) {
+        ++counters().program_hits;
+        return *it->second;
+      }
+    }
+    // Built and loaded outside the lock: another thread may race us to the
+    // same key; the first entry wins and ours is dropped unused.
+    auto loaded = call_runtime([&] {
+      return std::make_unique<rt::LoadedProgram>(runtime_device(device),
+                                                 build());
+    });
+    ++counters().program_misses;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, inserted] = programs_.try_emplace(key, std::move(loaded));
+    return *it->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::unique_ptr<rt::LoadedProgram>> programs_;
+};
+
+ProgramCache& cache_of(c10::DeviceIndex device) {
+  static std::array<ProgramCache, 64> caches;
+  TORCH_CHECK_VALUE(device >= 0 && device < 64, "spyre: device index ", device,
+                    " out of range");
+  return caches[static_cast<size_t>(device)];
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t j = sizes.size(); j-- > 1;) {
+    strides[j - 1] = strides[j] * sizes[j];
+  }
+  return strides;
+}
+
+// Per host dim: the device byte stride of a step, for layouts where every
+// non-stick host dim is walked by exactly one device dim with step 1 and the
+// stick host dim by the stick plus at most one dim stepping whole sticks.
+// Returns false for other layouts. `stick_stride` gets the bytes between
+// consecutive sticks of a row.
+bool host_dim_coefficients(const DeviceLayout& layout,
+                           std::vector<int64_t>& coeff, int64_t& stick_dim,
+                           int64_t& stick_stride) {
+  const size_t m = layout.device_size.size();
+  const int64_t per_stick = layout.elements_per_stick();
+  std::vector<int64_t> device_strides(m, 0);  // bytes, for k < m - 1
+  int64_t bytes = rt::kStickBytes;
+  for (size_t k = m - 1; k-- > 0;) {
+    device_strides[k] = bytes;
+    bytes *= layout.device_size[k];
+  }
+  stick_dim = layout.dim_map[m - 1];
+  stick_stride = rt::kStickBytes;
+  coeff.assign(layout.host_sizes.size(), -1);
+  std::vector<int> walkers(layout.host_sizes.size(), 0);
+  for (size_t k = 0; k + 1 < m; ++k) {
+    const int64_t j = layout.dim_map[k];
+    if (j < 0) continue;  // synthetic, size 1
+    ++walkers[j];
+    if (j == stick_dim) {
+      if (layout.dim_step[k] != per_stick) return false;
+      stick_stride = device_strides[k];
+    } else {
+      if (layout.dim_step[k] != 1) return false;
+      coeff[j] = device_strides[k];
+    }
+  }
+  for (size_t j = 0; j < walkers.size(); ++j) {
+    if (walkers[j] > 1) return false;
+    if (static_cast<int64_t>(j) == stick_dim) {
+      if (walkers[j] == 0 && layout.host_sizes[j] > per_stick) return false;
+    } else if (walkers[j] == 0 && layout.host_sizes[j] > 1) {
+      return false;
+    } else if (walkers[j] == 0) {
+      coeff[j] = 0;
+    }
+  }
+  return true;
+}
+
+at::Tensor empty_like_default(const at::Tensor& tensor) {
+  return at::empty(tensor.sizes(), tensor.options());
+}
+
+// dst's elements <- src's (same shape), through dst's host image: the
+// general path for views no kernel can address.
+void write_through_host(const at::Tensor& src, const at::Tensor& dst) {
+  ++counters().host_materializations;
+  const at::Tensor values = src.cpu();
+  at::Tensor image = host_image(dst.storage());
+  const int64_t elements = image.numel() / dst.element_size();
+  at::from_blob(image.data_ptr(), {elements},
+                at::TensorOptions().dtype(dst.scalar_type()))
+      .as_strided(dst.sizes(), dst.strides(), dst.storage_offset())
+      .copy_(values);
+  write_image(dst.storage(), image.data_ptr<uint8_t>(), false);
+}
+
+}  // namespace
+
+std::optional<rt::DType> maybe_device_dtype(at::ScalarType type) {
+  switch (type) {
+    case at::kHalf:
+      return rt::DType::kFloat16;
+    case at::kBFloat16:
+      return rt::DType::kBFloat16;
+    case at::kFloat:
+      return rt::DType::kFloat32;
+    case at::kChar:
+      return rt::DType::kInt8;
+    case at::kInt:
+      return rt::DType::kInt32;
+    case at::kLong:
+      return rt::DType::kInt64;
+    case at::kBool:
+      return rt::DType::kBool;
+    case at::kByte:
+      return rt::DType::kUInt8;
+    default:
+      return std::nullopt;
+  }
+}
+
+bool has_device_dtype(at::ScalarType type) {
+  return maybe_device_dtype(type).has_value();
+}
+
+rt::DType device_dtype(at::ScalarType type) {
+  auto dtype = maybe_device_dtype(type);
+  TORCH_CHECK_TYPE(dtype.has_value(), "spyre: dtype ", type,
+                   " has no device representation for kernels");
+  return *dtype;
+}
+
+const rt::LoadedProgram& cached_program(
+    c10::DeviceIndex device, const std::string& key,
+    c10::function_ref<rt::Program()> build) {
+  return cache_of(device).get(device, key, build);
+}
+
+rt::ArgBinding bind(const at::Tensor& tensor) {
+  const Allocation& allocation = allocation_of(tensor.storage());
+  rt::ArgBinding binding;
+  binding.ptr = allocation.ptr;
+  binding.bytes = allocation.layout->device_bytes();
+  binding.dtype = device_dtype(tensor.scalar_type());
+  binding.device_size = allocation.layout->device_size;
+  return binding;
+}
+
+void launch(const rt::LoadedProgram& program,
+            c10::ArrayRef<at::Tensor> tensors) {
+  TORCH_CHECK(!tensors.empty(), "spyre: a launch needs tensors");
+  const c10::Device device = tensors[0].device();
+  std::vector<rt::ArgBinding> bindings;
+  std::vector<c10::Storage> keep;
+  bindings.reserve(tensors.size());
+  keep.reserve(tensors.size());
+  for (const at::Tensor& tensor : tensors) {
+    TORCH_CHECK_VALUE(tensor.device() == device,
+                      "spyre: expected all tensors on ", device, ", got ",
+                      tensor.device());
+    bindings.push_back(bind(tensor));
+    keep.push_back(tensor.storage());
+  }
+  const c10::DeviceIndex index = device.index();
+  rt::Stream& stream = runtime_stream(current_stream(index));
+  call_runtime([&] {
+    program.launch(stream, bindings,
+                   [index, keep = std::move(keep)](const rt::LaunchStats& s) {
+                     rt::Runtime::get().record_launch_stats(index, s);
+                   });
+  });
+  ++counters().launches;
+}
+
+std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
+                                                   at::IntArrayRef sizes,
+                                                   at::IntArrayRef strides,
+                                                   int64_t offset) {
+  const DeviceLayout& layout = tensor_layout(tensor);
+  const auto dtype = maybe_device_dtype(tensor.scalar_type());
+  if (!dtype || layout.element_size != tensor.element_size()) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> coeff;
+  int64_t stick_dim = 0, stick_stride = 0;
+  if (!host_dim_coefficients(layout, coeff, stick_dim, stick_stride)) {
+    return std::nullopt;
+  }
+  const std::vector<int64_t>& host = layout.host_sizes;
+  const std::vector<int64_t> host_strides = contiguous_strides(host);
+  // Coordinates of element 0 of the view, and how far the view reaches
+  // along each host dim from there.
+  std::vector<int64_t> start(host.size()), reach(host.size(), 0);
+  int64_t rest = offset;
+  for (size_t j = 0; j < host.size(); ++j) {
+    start[j] = rest / host_strides[j];
+    rest %= host_strides[j];
+  }
+  if (host.empty() || start[0] >= host[0]) return std::nullopt;
+
+  kernels::StickOperand op;
+  op.dtype = *dtype;
+  op.stick_stride = stick_stride;
+  const size_t n = std::max<size_t>(sizes.size(), 1);
+  op.strides.assign(n - 1, 0);
+  for (size_t d = 0; d + 1 < sizes.size(); ++d) {
+    if (sizes[d] == 1 || strides[d] == 0) continue;
+    if (strides[d] < 0) return std::nullopt;
+    // The outermost host dim whose stride divides the view's stride.
+    size_t j = 0;
+    while (j < host.size() && strides[d] % host_strides[j] != 0) ++j;
+    if (j == host.size() || static_cast<int64_t>(j) == stick_dim) {
+      return std::nullopt;
+    }
+    const int64_t steps = strides[d] / host_strides[j];
+    reach[j] += steps * (sizes[d] - 1);
+    op.strides[d] = steps * coeff[j];
+  }
+  const int64_t cols = sizes.empty() ? 1 : sizes.back();
+  const int64_t cols_stride = sizes.empty() ? 0 : strides.back();
+  if (cols_stride == 0) {
+    op.cols = kernels::StickOperand::Cols::kBroadcast;
+  } else {
+    if (cols_stride != 1 || static_cast<int64_t>(host.size()) - 1 != stick_dim)
+      return std::nullopt;
+    reach[stick_dim] += cols - 1;
+  }
+  int64_t bytes = 0;
+  for (size_t j = 0; j < host.size(); ++j) {
+    if (start[j] + reach[j] >= host[j]) return std::nullopt;
+    if (static_cast<int64_t>(j) != stick_dim) bytes += start[j] * coeff[j];
+  }
+  const int64_t per_stick = op.elements_per_stick();
+  bytes += start[stick_dim] / per_stick * stick_stride;
+  op.offset = static_cast<uint64_t>(bytes);
+  op.first = static_cast<uint32_t>(start[stick_dim] % per_stick);
+  return op;
+}
+
+std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor) {
+  return stick_operand(tensor, tensor.sizes(), tensor.strides(),
+                       tensor.storage_offset());
+}
+
+bool write_needs_read(const at::Tensor& tensor, at::IntArrayRef sizes,
+                      const kernels::StickOperand& operand) {
+  if (operand.first != 0) return true;
+  const int64_t per_stick = operand.elements_per_stick();
+  const int64_t cols = sizes.empty() ? 1 : sizes.back();
+  if (cols % per_stick == 0) return false;
+  // The last stick is partly outside the view: harmless only when the rest
+  // is padding, i.e. the view ends its storage row.
+  const DeviceLayout& layout = tensor_layout(tensor);
+  const int64_t row = layout.host_sizes.back();
+  return cols != row;
+}
+
+at::Tensor materialize(const at::Tensor& tensor) {
+  at::Tensor fresh = empty_like_default(tensor);
+  if (tensor.numel() == 0) return fresh;
+  if (stick_operand(tensor).has_value()) {
+    ++counters().device_materializations;
+    launch_elementwise("copy", {tensor}, fresh, {kernels::copy_step()});
+    return fresh;
+  }
+  write_through_host(tensor, fresh);
+  return fresh;
+}
+
+at::Tensor addressable(const at::Tensor& tensor) {
+  if (tensor.numel() == 0 || stick_operand(tensor).has_value()) return tensor;
+  return materialize(tensor);
+}
+
+namespace {
+
+// The iteration space of an elementwise launch: out's dims of size > 1 (or
+// one dim of size 1), and each operand's strides over it.
+struct Iteration {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> out_dims;  // which dims of out they are
+
+  // Dims in out's memory order (outermost first), so a permuted output
+  // (and inputs permuted alike) still has its sticks along the cols dim.
+  explicit Iteration(const at::Tensor& out) {
+    for (int64_t d = 0; d < out.dim(); ++d) {
+      if (out.size(d) != 1) out_dims.push_back(d);
+    }
+    std::stable_sort(
+        out_dims.begin(), out_dims.end(),
+        [&](int64_t a, int64_t b) { return out.stride(a) > out.stride(b); });
+    for (int64_t d : out_dims) shape.push_back(out.size(d));
+  }
+
+  // `t` broadcast to out (aligned at the last dim), as element strides over
+  // the iteration; a size-1 space gives the output a unit cols stride.
+  std::vector<int64_t> strides(const at::Tensor& t, int64_t out_rank,
+                               bool is_output) const {
+    if (shape.empty()) return {is_output ? 1 : 0};
+    std::vector<int64_t> result;
+    result.reserve(out_dims.size());
+    for (int64_t d : out_dims) {
+      const int64_t td = d - (out_rank - t.dim());
+      result.push_back(td < 0 || t.size(td) == 1 ? 0 : t.stride(td));
+    }
+    return result;
+  }
+
+  std::vector<int64_t> sizes() const {
+    return shape.empty() ? std::vector<int64_t>{1} : shape;
+  }
+};
+
+bool same_view(const at::Tensor& a, const std::vector<int64_t>& a_strides,
+               const at::Tensor& b, const std::vector<int64_t>& b_strides) {
+  return a.storage_offset() == b.storage_offset() && a_strides == b_strides;
+}
+
+}  // namespace
+
+void launch_elementwise(const std::string& name,
+                        c10::ArrayRef<at::Tensor> inputs, const at::Tensor& out,
+                        c10::ArrayRef<kernels::ElementwiseStep> steps) {
+  if (out.numel() == 0) return;
+  const Iteration it(out);
+  const std::vector<int64_t> sizes = it.sizes();
+  const std::vector<int64_t> out_strides = it.strides(out, out.dim(), true);
+  auto out_operand =
+      stick_operand(out, sizes, out_strides, out.storage_offset());
+  if (!out_operand) {
+    at::Tensor fresh = empty_like_default(out);
+    launch_elementwise(name, inputs, fresh, steps);
+    write_through_host(fresh, out);
+    return;
+  }
+  kernels::ElementwiseKernel kernel;
+  kernel.name = name;
+  kernel.shape = sizes;
+  kernel.output = *out_operand;
+  kernel.output_read_modify_write = write_needs_read(out, sizes, *out_operand);
+  kernel.steps.assign(steps.begin(), steps.end());
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(inputs.size() + 1);
+  for (const at::Tensor& given : inputs) {
+    TORCH_CHECK_VALUE(given.device() == out.device(), "spyre: ", name,
+                      ": expected all tensors on ", out.device(), ", got ",
+                      given.device());
+    at::Tensor input = given;
+    std::vector<int64_t> strides = it.strides(input, out.dim(), false);
+    // An input sharing the output's storage through another view could be
+    // read by one core after another core wrote it: read a copy instead.
+    if (input.storage().is_alias_of(out.storage()) &&
+        !same_view(input, strides, out, out_strides)) {
+      input = materialize(input);
+      strides = it.strides(input, out.dim(), false);
+    }
+    auto operand = stick_operand(input, sizes, strides, input.storage_offset());
+    if (!operand) {
+      input = materialize(input);
+      strides = it.strides(input, out.dim(), false);
+      operand = stick_operand(input, sizes, strides, 0);
+    }
+    if (!operand) {  // broadcast the way this layout cannot: expand it
+      input = materialize(input.expand(out.sizes()));
+      strides = it.strides(input, out.dim(), false);
+      operand = stick_operand(input, sizes, strides, 0);
+    }
+    TORCH_INTERNAL_ASSERT(operand.has_value(), "spyre: ", name,
+                          ": a materialized input is not addressable");
+    kernel.inputs.push_back(*operand);
+    tensors.push_back(std::move(input));
+  }
+  tensors.push_back(out);
+  std::string key;
+  key.reserve(256);
+  kernel.append_key(key);
+  const rt::LoadedProgram& program =
+      cached_program(out.device().index(), key,
+                     [&] { return kernels::build_elementwise(kernel); });
+  launch(program, tensors);
+}
+
+OpStats op_stats() {
+  const Counters& c = counters();
+  return OpStats{c.launches, c.program_hits, c.program_misses,
+                 c.device_materializations, c.host_materializations};
+}
+
+void reset_op_stats() {
+  Counters& c = counters();
+  c.launches = 0;
+  c.program_hits = 0;
+  c.program_misses = 0;
+  c.device_materializations = 0;
+  c.host_materializations = 0;
+}
+
+}  // namespace ops
+}  // namespace spyre::torch_glue

@@ -1,0 +1,125 @@
+// Launching device programs for eager ops (and compiled code): the shared
+// infrastructure every kernel in csrc/ops/ goes through.
+//
+// API, in the order a kernel uses it:
+//
+//   rt::DType dt = device_dtype(t.scalar_type());      // or has_device_dtype
+//   std::optional<kernels::StickOperand> op =
+//       stick_operand(t, sizes, strides, offset);       // how a kernel reads
+//                                                       // or writes a view
+//   at::Tensor m = materialize(t);                      // a view no kernel
+//                                                       // can address ->
+//                                                       // fresh default layout
+//   const rt::LoadedProgram& p = cached_program(
+//       device, key, [&] { return kernels::build_...(...); });
+//   launch(p, {in0, in1, out});                         // slot i <- tensor i
+//
+// - cached_program: a per-device cache of loaded programs keyed by a string
+//   the caller builds from everything the program depends on (shapes,
+//   dtypes, placements, scalars). `build` runs (and the program is loaded:
+//   validate, patch plan, prepare) only on a miss; a hit costs one hash
+//   lookup. Programs stay loaded for the life of the process (queued
+//   launches reference them).
+// - bind: a tensor's ArgBinding is its whole storage (device pointer, the
+//   layout's device bytes, dtype, device_size); kernels address views inside
+//   it through byte offsets (see StickOperand), so slot offsets, not
+//   bindings, carry storage offsets.
+// - launch: binds, relocates and verifies synchronously (errors raise here,
+//   as torch errors), then queues the launch on the current c10 stream of
+//   the tensors' device, so it is ordered with copies and events like any
+//   other work on that stream. The storages stay alive until the launch ran;
+//   its LaunchStats become torch.spyre.last_launch_stats().
+// - Padding: bytes of a stick beyond a row's last element are unspecified
+//   after a kernel wrote the storage; kernels never read them as data.
+// - materialize: a copy in the default layout, contiguous, offset 0. Done by
+//   a device program when the view is addressable as a StickOperand, else
+//   through the host image (counted: op_stats().host_materializations).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/util/FunctionRef.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kernels/elementwise.h"
+#include "layout.h"
+#include "spyre/runtime/patcher.h"
+
+namespace spyre::torch_glue {
+
+// The CPU fallback (fallback.cpp): counted, warned once, an error in strict
+// mode. Kernels hand it what they cannot run (at::native::call_fallback_fn).
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+namespace ops {
+
+// The device dtype of a torch dtype; nullopt when the device has none
+// (float64, int16, ...: such ops go to the CPU fallback).
+std::optional<rt::DType> maybe_device_dtype(at::ScalarType type);
+bool has_device_dtype(at::ScalarType type);
+rt::DType device_dtype(at::ScalarType type);  // raises when there is none
+
+// ---- programs --------------------------------------------------------------
+const rt::LoadedProgram& cached_program(c10::DeviceIndex device,
+                                        const std::string& key,
+                                        c10::function_ref<rt::Program()> build);
+
+// ---- binding and launching -------------------------------------------------
+rt::ArgBinding bind(const at::Tensor& tensor);
+// Slot i of `program` is bound to tensors[i]; all on one spyre device.
+void launch(const rt::LoadedProgram& program,
+            c10::ArrayRef<at::Tensor> tensors);
+
+// ---- operands --------------------------------------------------------------
+// How a kernel addresses the elements of `tensor`'s storage seen through
+// (sizes, strides, offset) (elements, as PyTorch's as_strided): the last dim
+// becomes the kernel's cols dim, the others its outer dims. nullopt when the
+// storage's layout cannot serve that view with stick transfers (e.g. the
+// cols dim does not run along the sticks); materialize() such views.
+std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
+                                                   at::IntArrayRef sizes,
+                                                   at::IntArrayRef strides,
+                                                   int64_t offset);
+// The same for the tensor's own view.
+std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor);
+
+// True when writing the stick operand of (sizes, strides, offset) whole
+// sticks would overwrite elements outside the view (the kernel must read
+// the sticks first).
+bool write_needs_read(const at::Tensor& tensor, at::IntArrayRef sizes,
+                      const kernels::StickOperand& operand);
+
+// `tensor`'s values in a fresh contiguous tensor with the default layout.
+at::Tensor materialize(const at::Tensor& tensor);
+// `tensor` itself when a kernel can address it, else materialize(tensor).
+at::Tensor addressable(const at::Tensor& tensor);
+
+// ---- elementwise launches -------------------------------------------------
+// out = steps(inputs), elementwise over out's shape; inputs (spyre tensors on
+// out's device) broadcast to it as in PyTorch. Values are numbered as in
+// kernels::ElementwiseStep: inputs first; the last step writes out, rounding
+// once to out's dtype. Views are handled: an input a kernel cannot address
+// is materialized first; an output it cannot address is computed into a
+// fresh tensor and written through the host (counted). No checks of dtype
+// promotion or overlap here: callers (ops) do those as PyTorch does.
+void launch_elementwise(const std::string& name,
+                        c10::ArrayRef<at::Tensor> inputs, const at::Tensor& out,
+                        c10::ArrayRef<kernels::ElementwiseStep> steps);
+
+// ---- counters (torch.spyre.op_stats()) -------------------------------------
+struct OpStats {
+  uint64_t launches = 0;
+  uint64_t program_hits = 0;
+  uint64_t program_misses = 0;  // programs built and loaded
+  uint64_t device_materializations = 0;
+  uint64_t host_materializations = 0;
+};
+OpStats op_stats();
+void reset_op_stats();
+
+}  // namespace ops
+}  // namespace spyre::torch_glue
