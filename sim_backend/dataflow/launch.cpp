@@ -253,8 +253,11 @@ class Launch {
       }
     }
     const Channel& channel = channels_[ch];
-    std::memcpy(spads_[c].data() + r.spad, channel.data.data(),
-                std::min<size_t>(r.bytes, channel.data.size()));
+    size_t bytes = std::min<size_t>(r.bytes, channel.data.size());
+    // A zero-byte token carries no data (and its buffer may be null).
+    if (bytes > 0) {
+      std::memcpy(spads_[c].data() + r.spad, channel.data.data(), bytes);
+    }
     return true;
   }
 

@@ -275,6 +275,8 @@ TEST(LoaderFuzz, FieldMutationsOfSamplePrograms) {
             iter, [&] { return check_program(p); }, tally))
       break;
   }
+  // Printed, not asserted: tests are not timed (sanitizer builds on a
+  // loaded 2-core machine run this 10x slower than a release build).
   const double seconds = seconds_since(start);
   std::cout << "[ fuzz     ] " << kIterations << " field mutations in "
             << seconds << " s: " << tally.rejected << " rejected, "
@@ -283,7 +285,6 @@ TEST(LoaderFuzz, FieldMutationsOfSamplePrograms) {
   // Both sides of validate() must be exercised for the test to mean much.
   EXPECT_GT(tally.rejected, kIterations / 4);
   EXPECT_GT(tally.launched, kIterations / 20);
-  EXPECT_LT(seconds, 20.0);
 }
 
 std::vector<std::vector<uint8_t>> read_corpus() {
@@ -341,7 +342,6 @@ TEST(LoaderFuzz, ByteMutationsOfTheCorpusThroughTheLoader) {
             << " planned only\n";
   EXPECT_GT(tally.rejected, 0);
   EXPECT_GT(tally.launched, 0);
-  EXPECT_LT(seconds, 20.0);
 }
 
 }  // namespace

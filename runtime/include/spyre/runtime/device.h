@@ -84,7 +84,8 @@ class Device {
   virtual uint64_t bytes_in_use() const = 0;
 
   // Synchronous copies; each returns its modelled device time in ns.
-  // A range outside any live allocation raises kDeviceError.
+  // A range outside any live allocation raises kDeviceError; a zero-byte
+  // copy does nothing (its pointers may be null).
   virtual double copy_to_device(DevicePtr dst, const void* src,
                                 uint64_t bytes) = 0;
   virtual double copy_to_host(void* dst, DevicePtr src, uint64_t bytes) = 0;
