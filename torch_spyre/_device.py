@@ -310,10 +310,13 @@ _INDUCTOR_HOOKS = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "W
 
 def __getattr__(name):
     # Inductor looks these up on the device module the first time it compiles
-    # for spyre (torch._inductor.codegen.common.init_backend_registration);
-    # the compiler is imported then, never at `import torch`.
+    # for spyre (torch._inductor.codegen.common.init_backend_registration).
+    # That lookup is our cue to register the compiler, which is imported then
+    # and never at `import torch`. torch_spyre registers the device itself
+    # (with its post-grad pass, which Inductor's own registration from these
+    # attributes would drop), so the attributes stay absent and Inductor
+    # skips its registration.
     if name in _INDUCTOR_HOOKS:
         from torch_spyre import _inductor
         _inductor.register()
-        return _inductor.inductor_hooks()[name]
     raise AttributeError(f"module 'torch.spyre' has no attribute {name!r}")

@@ -23,10 +23,13 @@ def register() -> None:
                                                 register_device_op_overrides)
 
     from .device_interface import SpyreInterface
+    from .decompositions import SpyrePostGradPass
     from .scheduling import SpyreScheduling
-    from .wrapper import SpyreDeviceOpOverrides, SpyreWrapperCodegen
+    from .wrapper import SpyreCppWrapperUnsupported, SpyreDeviceOpOverrides, SpyreWrapperCodegen
 
-    register_backend_for_device("spyre", SpyreScheduling, SpyreWrapperCodegen)
+    register_backend_for_device("spyre", SpyreScheduling, SpyreWrapperCodegen,
+                                SpyreCppWrapperUnsupported,
+                                device_custom_pass=SpyrePostGradPass())
     register_device_op_overrides("spyre", SpyreDeviceOpOverrides())
     register_interface_for_device("spyre", SpyreInterface)
     from torch._dynamo.backends.registry import _BACKENDS
@@ -35,20 +38,9 @@ def register() -> None:
     _registered = True
 
 
-def inductor_hooks() -> dict:
-    """The classes Inductor fetches from torch.spyre for the device."""
-    from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
-
-    from .scheduling import SpyreScheduling
-    from .wrapper import SpyreCppWrapperUnsupported, SpyreWrapperCodegen
-    return {"Scheduling": SpyreScheduling, "PythonWrapperCodegen": SpyreWrapperCodegen,
-            "CppWrapperCodegen": SpyreCppWrapperUnsupported,
-            "WrapperFxCodegen": WrapperFxCodegen}
-
-
 def spyre_backend(gm, example_inputs, **kwargs):
-    """torch.compile(backend="spyre"): Inductor with the spyre
-    decompositions (the device lowering is the same as backend="inductor")."""
+    """torch.compile(backend="spyre"): Inductor for the spyre device (the
+    same lowering, decompositions and fallbacks as backend="inductor")."""
     register()
     from torch._inductor.compile_fx import compile_fx
     return compile_fx(gm, example_inputs, **kwargs)

@@ -1,0 +1,216 @@
+"""Spyre-only graph rewrites, applied by Inductor's per-device post-grad pass
+(register_backend_for_device(device_custom_pass=...)) to nodes on the spyre
+device only; Inductor's global decomposition and lowering tables are never
+touched.
+
+1. DECOMPOSITIONS: one registry of exact rewrites into ops the device
+   lowering handles (e.g. pow(x, 3.0) -> x*x*x, log2 -> log * 1/ln 2).
+2. EAGER_OPS: ops whose Inductor lowering needs what the device lowering
+   lacks (indirect indexing, masked loads, scans). Their nodes are routed to
+   a `spyre_eager::` twin of the op, which Inductor keeps as an extern
+   (fallback) kernel: it runs eagerly on spyre tensors (a device kernel of
+   the eager library, or the counted CPU fallback). Counted in
+   `fallback_counts()`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+import threading
+from typing import Callable
+
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphModulePass
+
+aten = torch.ops.aten
+
+DECOMPOSITIONS: dict = {}
+
+
+def register_decomposition(*ops):
+    def wrap(fn: Callable):
+        for op in ops:
+            if op in DECOMPOSITIONS:
+                raise ValueError(f"spyre: {op} already has a decomposition")
+            DECOMPOSITIONS[op] = fn
+        return fn
+    return wrap
+
+
+@register_decomposition(aten.pow.Tensor_Scalar)
+def pow_scalar(x, exponent):
+    """Small integer and half-integer exponents as products (exact in fp32
+    compute; pow on the vector unit goes through exp/log)."""
+    if isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
+        return NotImplemented
+    if exponent == 0.5:
+        return torch.sqrt(x)
+    if exponent == -0.5:
+        return torch.rsqrt(x)
+    if exponent == -1:
+        return torch.reciprocal(x)
+    if float(exponent).is_integer() and 1 <= exponent <= 4:
+        out = x
+        for _ in range(int(exponent) - 1):
+            out = out * x
+        return out
+    return NotImplemented
+
+
+@register_decomposition(aten.log2.default)
+def log2(x):
+    return torch.log(x) * (1.0 / math.log(2.0))
+
+
+@register_decomposition(aten.log10.default)
+def log10(x):
+    return torch.log(x) * (1.0 / math.log(10.0))
+
+
+@register_decomposition(aten.tan.default)
+def tan(x):
+    return torch.sin(x) / torch.cos(x)
+
+
+@register_decomposition(aten.sign.default)
+def sign(x):
+    # post-grad graphs convert dtypes with prims (no aten._to_copy)
+    convert = torch.ops.prims.convert_element_type.default
+    return convert(x > 0, x.dtype) - convert(x < 0, x.dtype)
+
+
+# Ops run eagerly (extern kernels) instead of being lowered.
+EAGER_OPS = {
+    aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default,
+    aten.sort.default, aten.sort.stable, aten.topk.default, aten.argsort.default,
+    aten.argsort.stable,
+    aten.embedding.default, aten.index.Tensor, aten.gather.default,
+    aten.index_select.default, aten.scatter.src, aten.scatter.value,
+    aten.scatter_add.default, aten.cat.default, aten.constant_pad_nd.default,
+    aten.flip.default, aten.roll.default, aten.slice_scatter.default,
+    aten.select_scatter.default, aten.repeat.default,
+}
+
+_lock = threading.Lock()
+_fallback_counts: dict[str, int] = {}
+_decomposition_counts: dict[str, int] = {}
+_eager_lib = None
+_eager_ops: dict = {}
+
+
+def fallback_counts() -> dict[str, int]:
+    """Nodes routed to eager extern kernels by the pass, per op, in this
+    process (counted at compile time)."""
+    with _lock:
+        return dict(_fallback_counts)
+
+
+def decomposition_counts() -> dict[str, int]:
+    """Nodes rewritten by DECOMPOSITIONS, per op, in this process."""
+    with _lock:
+        return dict(_decomposition_counts)
+
+
+def _count(counts, key):
+    with _lock:
+        counts[key] = counts.get(key, 0) + 1
+
+
+def _eager_twin(op):
+    """spyre_eager::<op>_<overload>: the same schema, implemented by calling
+    the op (so Inductor cannot lower it, and runs it as an extern kernel)."""
+    global _eager_lib
+    with _lock:
+        if op in _eager_ops:
+            return _eager_ops[op]
+        if _eager_lib is None:
+            _eager_lib = torch.library.Library("spyre_eager", "DEF")
+        schema = op._schema
+        if any(a.alias_info is not None for a in schema.arguments) or any(
+                r.alias_info is not None for r in schema.returns):
+            return None  # mutating or aliasing ops stay as they are
+        name = f"{schema.name.split('::')[-1]}_{schema.overload_name or 'default'}"
+        signature = str(schema)[len(schema.name) + (len(schema.overload_name) + 1
+                                                    if schema.overload_name else 0):]
+        _eager_lib.define(name + signature)
+
+        def run(*args, **kwargs):
+            return op(*args, **kwargs)
+        _eager_lib.impl(name, run, "CompositeExplicitAutograd")
+        twin = getattr(getattr(torch.ops.spyre_eager, name), "default")
+        _eager_ops[op] = twin
+        return twin
+
+
+def _on_spyre(node) -> bool:
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    for v in vals:
+        for t in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(t, torch.Tensor) and t.device.type == "spyre":
+                return True
+    return False
+
+
+def _decompose(gm: torch.fx.GraphModule, node) -> bool:
+    fn = DECOMPOSITIONS[node.target]
+    args, kwargs = node.args, node.kwargs
+    fake_args = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args]
+    fake_kwargs = {k: (v.meta["val"] if isinstance(v, torch.fx.Node) else v)
+                   for k, v in kwargs.items()}
+    if fn(*fake_args, **fake_kwargs) is NotImplemented:
+        return False
+    from torch.fx.experimental.proxy_tensor import make_fx
+    tensor_pos = [i for i, a in enumerate(args) if isinstance(a, torch.fx.Node)]
+
+    def traced(*tensors):
+        full = list(args)
+        for i, t in zip(tensor_pos, tensors):
+            full[i] = t
+        return fn(*full, **kwargs)
+    sub = make_fx(traced, tracing_mode="fake")(*[args[i].meta["val"] for i in tensor_pos])
+    env = {}
+    placeholders = iter(args[i] for i in tensor_pos)
+    with gm.graph.inserting_before(node):
+        for sn in sub.graph.nodes:
+            if sn.op == "placeholder":
+                env[sn] = next(placeholders)
+            elif sn.op == "output":
+                result = torch.fx.map_arg(sn.args[0], lambda n: env[n])
+            else:
+                new = gm.graph.node_copy(sn, lambda n: env[n])
+                env[sn] = new
+    node.replace_all_uses_with(result)
+    gm.graph.erase_node(node)
+    return True
+
+
+def apply_spyre_rewrites(gm: torch.fx.GraphModule) -> None:
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or not _on_spyre(node):
+            continue
+        if node.target in DECOMPOSITIONS:
+            target = str(node.target)
+            if _decompose(gm, node):
+                _count(_decomposition_counts, target)
+                changed = True
+        elif node.target in EAGER_OPS:
+            twin = _eager_twin(node.target)
+            if twin is not None:
+                _count(_fallback_counts, str(node.target))
+                node.target = twin
+                changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+
+
+class SpyrePostGradPass(CustomGraphModulePass):
+    def __call__(self, gm: torch.fx.GraphModule) -> None:
+        apply_spyre_rewrites(gm)
+
+    def uuid(self):
+        # the rewrites are this file: its text keys Inductor's cache
+        return hashlib.sha256(inspect.getsource(inspect.getmodule(self)).encode()).hexdigest()
