@@ -9,17 +9,14 @@
 
 #include <torch/csrc/utils/pybind.h>
 
-#include <memory>
 #include <string>
 
-#include "allocator.h"
 #include "device_state.h"
-#include "kernels/matmul.h"
 #include "kernels/program_builder.h"
+#include "ops/launch.h"
 #include "spyre/runtime/error.h"
 #include "spyre/runtime/patcher.h"
 #include "spyre/runtime/program.h"
-#include "storage_ops.h"
 
 namespace py = pybind11;
 namespace rt = spyre::rt;
@@ -312,93 +309,50 @@ void bind_spec(py::module_& m) {
 
 namespace glue = spyre::torch_glue;
 
-rt::DType runtime_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kHalf:
-      return rt::DType::kFloat16;
-    case at::kBFloat16:
-      return rt::DType::kBFloat16;
-    case at::kFloat:
-      return rt::DType::kFloat32;
-    case at::kChar:
-      return rt::DType::kInt8;
-    case at::kInt:
-      return rt::DType::kInt32;
-    case at::kLong:
-      return rt::DType::kInt64;
-    case at::kBool:
-      return rt::DType::kBool;
-    case at::kByte:
-      return rt::DType::kUInt8;
-    default:
-      throw std::invalid_argument(
-          std::string("spyre program: no device dtype for ") +
-          c10::toString(t));
-  }
-}
-
-// A program loaded once on one device; every launch binds the storages of
-// the given tensors to its argument slots (the whole storage, in its device
-// layout) and publishes the launch on the device's current stream.
-// TEMPORARY: replaced by the shared launch layer in csrc/ops/ once it lands.
+// A compiled kernel's program on one device, loaded once through the shared
+// launch layer's per-device cache (keyed by the program's digest, computed
+// by the caller) and launched per call with the kernel's tensors.
 class CompiledProgram {
  public:
-  CompiledProgram(const py::bytes& data, c10::DeviceIndex index)
+  CompiledProgram(const py::bytes& data, const std::string& digest,
+                  c10::DeviceIndex index)
       : index_(glue::resolve_device_index(index)) {
     std::string_view view = data;
-    rt::Device& device = glue::runtime_device(index_);
-    const rt::DeviceProperties& props = device.properties();
-    rt::Program program = glue::call_runtime([&] {
+    const rt::DeviceProperties& props =
+        glue::runtime_device(index_).properties();
+    program_ = &glue::ops::cached_program(index_, "inductor:" + digest, [&] {
       return rt::deserialize(
           std::span<const uint8_t>(
               reinterpret_cast<const uint8_t*>(view.data()), view.size()),
           rt::ProgramLimits{props.num_cores, props.scratchpad_bytes});
     });
-    loaded_ = glue::call_runtime([&] {
-      return std::make_shared<rt::LoadedProgram>(device, std::move(program));
-    });
   }
 
   void launch(const std::vector<at::Tensor>& tensors) {
-    const auto& slots = loaded_->program().args;
+    const auto& slots = program_->program().args;
     if (tensors.size() != slots.size()) {
-      throw std::invalid_argument("spyre program '" + loaded_->program().name +
+      throw std::invalid_argument("spyre program '" + program_->program().name +
                                   "' takes " + std::to_string(slots.size()) +
                                   " tensors, got " +
                                   std::to_string(tensors.size()));
     }
-    std::vector<rt::ArgBinding> args;
-    args.reserve(tensors.size());
-    for (const at::Tensor& t : tensors) {
-      const glue::Allocation& a = glue::allocation_of(t.storage());
-      args.push_back(rt::ArgBinding{a.ptr, a.layout->device_bytes(),
-                                    runtime_dtype(t.scalar_type()),
-                                    a.layout->device_size});
-    }
-    rt::Stream& stream = glue::runtime_stream(glue::current_stream(index_));
-    const c10::DeviceIndex index = index_;
-    std::shared_ptr<rt::LoadedProgram> keep = loaded_;
-    glue::call_runtime([&] {
-      loaded_->launch(stream, args, [index, keep](const rt::LaunchStats& s) {
-        glue::runtime().record_launch_stats(index, s);
-      });
-    });
+    glue::ops::launch(*program_, tensors);
     ++launches_;
   }
 
   uint64_t launches() const { return launches_; }
-  const rt::Program& program() const { return loaded_->program(); }
+  const rt::Program& program() const { return program_->program(); }
 
  private:
   c10::DeviceIndex index_;
-  std::shared_ptr<rt::LoadedProgram> loaded_;
+  const rt::LoadedProgram* program_ = nullptr;  // owned by the cache
   uint64_t launches_ = 0;
 };
 
 void bind_compiled(py::module_& m) {
   py::class_<CompiledProgram>(m, "CompiledProgram")
-      .def(py::init<const py::bytes&, c10::DeviceIndex>(), py::arg("data"),
-           py::arg("device"))
+      .def(py::init<const py::bytes&, const std::string&, c10::DeviceIndex>(),
+           py::arg("data"), py::arg("digest"), py::arg("device"))
       .def("launch", &CompiledProgram::launch)
       .def_property_readonly("launches", &CompiledProgram::launches)
       .def_property_readonly(

@@ -9,6 +9,7 @@ process compiles nothing) and calls `launch` with the kernel's tensors.
 from __future__ import annotations
 
 import base64
+import hashlib
 import threading
 
 from .. import _C
@@ -37,13 +38,14 @@ class SpyreKernel:
     def __init__(self, name: str, program_b64: str, arg_names: list[str]):
         self.name = name
         self._data = base64.b64decode(program_b64)
+        self._digest = hashlib.sha256(self._data).hexdigest()
         self.arg_names = list(arg_names)
         self._loaded = {}
 
     def _program(self, device_index: int):
         program = self._loaded.get(device_index)
         if program is None:
-            program = _C.CompiledProgram(self._data, device_index)
+            program = _C.CompiledProgram(self._data, self._digest, device_index)
             self._loaded[device_index] = program
             with _lock:
                 _stats["kernels_loaded"] += 1
