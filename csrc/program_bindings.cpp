@@ -7,10 +7,12 @@
 // of rt::StickTransfer.
 #include "program_bindings.h"
 
+#include <ATen/ops/empty_strided.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <string>
 
+#include "allocator.h"
 #include "device_state.h"
 #include "kernels/program_builder.h"
 #include "ops/launch.h"
@@ -336,17 +338,43 @@ class CompiledProgram {
                                   " tensors, got " +
                                   std::to_string(tensors.size()));
     }
-    glue::ops::launch(*program_, tensors);
+    // The program assumed each storage in the default layout of its dense
+    // shape. A tensor from elsewhere (an extern kernel's result, a view of
+    // a larger storage) may sit in another layout: inputs are copied into
+    // the assumed one (counted); outputs must already match.
+    std::vector<at::Tensor> bound(tensors.begin(), tensors.end());
+    for (size_t i = 0; i < bound.size(); ++i) {
+      const rt::ArgSlot& slot = slots[i];
+      if (slot.layout.device_size.empty() ||
+          glue::allocation_of(bound[i].storage()).layout->device_size ==
+              slot.layout.device_size) {
+        continue;
+      }
+      if (slot.is_output) {
+        throw std::invalid_argument(
+            "spyre program '" + program_->program().name + "': output '" +
+            slot.name +
+            "' is not in the device layout the kernel was built for");
+      }
+      at::Tensor copy = at::empty_strided(bound[i].sizes(), bound[i].strides(),
+                                          bound[i].options());
+      copy.copy_(bound[i]);
+      bound[i] = copy;
+      ++relayouts_;
+    }
+    glue::ops::launch(*program_, bound);
     ++launches_;
   }
 
   uint64_t launches() const { return launches_; }
+  uint64_t relayouts() const { return relayouts_; }
   const rt::Program& program() const { return program_->program(); }
 
  private:
   c10::DeviceIndex index_;
   const rt::LoadedProgram* program_ = nullptr;  // owned by the cache
   uint64_t launches_ = 0;
+  uint64_t relayouts_ = 0;
 };
 
 void bind_compiled(py::module_& m) {
@@ -355,6 +383,7 @@ void bind_compiled(py::module_& m) {
            py::arg("data"), py::arg("digest"), py::arg("device"))
       .def("launch", &CompiledProgram::launch)
       .def_property_readonly("launches", &CompiledProgram::launches)
+      .def_property_readonly("relayouts", &CompiledProgram::relayouts)
       .def_property_readonly(
           "name", [](const CompiledProgram& c) { return c.program().name; });
 }

@@ -23,7 +23,7 @@ def register() -> None:
                                                 register_device_op_overrides)
 
     from .device_interface import SpyreInterface
-    from .decompositions import SpyrePostGradPass
+    from .decompositions import SpyrePostGradPass, define_eager_twins
     from .scheduling import SpyreScheduling
     from .wrapper import SpyreCppWrapperUnsupported, SpyreDeviceOpOverrides, SpyreWrapperCodegen
 
@@ -31,6 +31,7 @@ def register() -> None:
                                 SpyreCppWrapperUnsupported,
                                 device_custom_pass=SpyrePostGradPass())
     register_device_op_overrides("spyre", SpyreDeviceOpOverrides())
+    define_eager_twins()
     register_interface_for_device("spyre", SpyreInterface)
     from torch._dynamo.backends.registry import _BACKENDS
     if "spyre" not in _BACKENDS:

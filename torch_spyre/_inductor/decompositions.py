@@ -144,6 +144,13 @@ def _eager_twin(op):
         return twin
 
 
+def define_eager_twins() -> None:
+    """Defines every spyre_eager:: op up front: a compiled module loaded from
+    Inductor's cache calls them without this process having run the pass."""
+    for op in EAGER_OPS:
+        _eager_twin(op)
+
+
 def _on_spyre(node) -> bool:
     vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
     for v in vals:

@@ -201,9 +201,8 @@ def analyze_access(layout: BufferLayout, index: sympy.Expr,
                                      f"{layout.name} {list(layout.host_sizes)}")
         dim = max((d for d in dims if strides[d] <= c), key=lambda d: strides[d])
         step = c // strides[dim]
-        if any(m.dim == dim for m in maps.values()):
-            raise SpyreLoweringError(f"{what}: two loop variables walk dim {dim} of "
-                                     f"{layout.name} (index {index})")
+        # several variables may walk one dim (a view that split it, e.g.
+        # [B*S, D] read as [B, S, D]); their coordinates add up below
         maps[v] = VarMap(dim, step)
         extent[dim] += step * (ranges[v] - 1)
     for d in range(layout.rank):

@@ -285,20 +285,21 @@ def make_box(access: Access, space: Space, fixed: dict, r0: int, nrows: int,
         m = access.vars[row_v]
         coords[m.dim] += m.step * r0
     dram_offset, e0 = lay.offset_bytes(coords)
-    lins, stick = [], None  # lins: (role, count, dram stride)
+    lins, sticks = [], []  # lins: (role, count, dram stride); sticks: (role, count, step)
     for role, v, n in (("row", row_v, nrows), ("col", col_v, ncols)):
         if v is None or v not in access.vars:
             continue
         m = access.vars[v]
         if m.dim == lay.rank - 1 and m.step % per_stick != 0:
-            stick = (role, n, m.step)
+            sticks.append((role, n, m.step))
         elif m.dim == lay.rank - 1:
             lins.append((role, n, (m.step // per_stick) * lay.stick_stride_bytes))
         else:
             lins.append((role, n, m.step * lay.dim_stride_bytes(m.dim)))
-    if stick:
+    if sticks:
         first = per_stick - 1 if worst_alignment else e0
-        n_sticks = math.ceil((first + stick[2] * (stick[1] - 1) + 1) / per_stick)
+        last = first + sum(step * (n - 1) for _, n, step in sticks)
+        n_sticks = last // per_stick + 1
     else:
         n_sticks = 1
     inner = n_sticks * STICK_BYTES  # bytes of the stick run of one lin point
@@ -308,8 +309,8 @@ def make_box(access: Access, space: Space, fixed: dict, r0: int, nrows: int,
         spad_strides[role] = size
         size *= n
     strides = {role: spad_strides.get(role, 0) for role in ("row", "col")}
-    if stick:
-        strides[stick[0]] = stick[2] * es
+    for role, _, step in sticks:
+        strides[role] = step * es
     transfers = []
     sticks_contiguous = n_sticks == 1 or lay.stick_stride_bytes == STICK_BYTES
     run = dict(run_bytes=inner, count1=1, dram_stride1=0, spad_stride1=0) if sticks_contiguous \
@@ -332,10 +333,12 @@ def make_box(access: Access, space: Space, fixed: dict, r0: int, nrows: int,
         for i in range(n1):
             transfers.append(dict(slot=slot, offset=dram_offset + i * ds1, spad=i * n2 * inner,
                                   count2=n2, dram_stride2=ds2, spad_stride2=inner, **run))
-    roles = {role for role, _, _ in lins} | ({stick[0]} if stick else set())
+    roles = {role for role, _, _ in lins} | {role for role, _, _ in sticks}
+    # the padding fill of a store needs one variable along the sticks
+    single = sticks[0] if len(sticks) == 1 and sticks[0][2] == 1 else None
     return Box(size, transfers, e0 * es, strides["row"], strides["col"], "row" in roles,
-               "col" in roles, stick[0] if stick else None, n_sticks,
-               stick[1] if stick else 0)
+               "col" in roles, single[0] if single else None, n_sticks,
+               single[1] if single else 0)
 
 
 def check_store_box(box: Box, access: Access, space: Space, r0: int, what: str):

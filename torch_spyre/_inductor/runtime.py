@@ -15,12 +15,13 @@ import threading
 from .. import _C
 
 _lock = threading.Lock()
-_stats = {"kernels_loaded": 0, "launches": 0}
+_stats = {"kernels_loaded": 0, "launches": 0, "relayouts": 0}
 
 
 def stats() -> dict:
     """Counters of compiled spyre kernels in this process: programs loaded,
-    launches (each one a device program run through the patcher)."""
+    launches (each one a device program run through the patcher), input
+    tensors copied into the device layout a kernel was built for."""
     with _lock:
         return dict(_stats)
 
@@ -53,9 +54,11 @@ class SpyreKernel:
 
     def launch(self, tensors) -> None:
         program = self._program(tensors[0].device.index or 0)
+        relayouts = program.relayouts
         program.launch(tensors)
         with _lock:
             _stats["launches"] += 1
+            _stats["relayouts"] += program.relayouts - relayouts
 
 
 def get_raw_stream(device_index: int) -> int:
