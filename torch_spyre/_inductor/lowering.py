@@ -722,7 +722,10 @@ def _region_bytes(plan: KernelPlan, slots: dict, R: int) -> int:
 def lower_kernel(plan: KernelPlan, num_cores: int = NUM_CORES,
                  scratchpad_bytes: int = SCRATCHPAD_BYTES):
     """Returns (ProgramSpec, argument buffer names in slot order, info)."""
+    from . import config
     space = plan.space
+    device_cores = num_cores
+    num_cores = min(num_cores, config.max_cores)
     loads = []
     for node in plan.nodes:
         for ld in _loads(node):
@@ -745,12 +748,12 @@ def lower_kernel(plan: KernelPlan, num_cores: int = NUM_CORES,
     rc = min(rows, -(-rc // q) * q)
     # largest row block (a multiple of q) whose regions fit, double-buffered
     # when possible
-    double = True
+    double = config.double_buffer
     while True:
         need = _region_bytes(plan, slots, rc)
-        if 2 * need <= budget:
+        if double and 2 * need <= budget:
             break
-        if need <= budget and (rc <= q or rc == 1):
+        if need <= budget and (rc <= q or rc == 1 or not double):
             double = False
             break
         if rc <= q or rc == 1:
@@ -779,7 +782,7 @@ def lower_kernel(plan: KernelPlan, num_cores: int = NUM_CORES,
             em = Emitter(plan, slots, spec, ci, (k % regions) * region, alloc)
             em.block(fixed, r0, R, rc)
             instructions += em.instructions
-    spec.validate(num_cores, scratchpad_bytes)
+    spec.validate(device_cores, scratchpad_bytes)
     info = dict(cores=ncores, blocks=len(units), rows_per_block=rc, region_bytes=region,
                 double_buffered=double, instructions=instructions)
     return spec, arg_names, info

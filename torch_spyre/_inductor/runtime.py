@@ -32,6 +32,28 @@ def reset_stats() -> None:
             _stats[k] = 0
 
 
+_profile: list | None = None
+
+
+class profile:
+    """Collects the modelled stats of every compiled launch (benchmarks):
+    each launch is waited for and torch.spyre.last_launch_stats() recorded
+    with the kernel's name in `self.launches`."""
+
+    def __enter__(self):
+        global _profile
+        self.launches = []
+        _profile = self.launches
+        return self
+
+    def __exit__(self, *exc):
+        global _profile
+        _profile = None
+
+    def device_time_ns(self) -> float:
+        return sum(s["time_ns"] for _, s in self.launches)
+
+
 class SpyreKernel:
     """A device program of one compiled kernel, loaded at most once per
     device (validated, patch plan computed, prepared by the backend)."""
@@ -59,6 +81,10 @@ class SpyreKernel:
         with _lock:
             _stats["launches"] += 1
             _stats["relayouts"] += program.relayouts - relayouts
+        if _profile is not None:
+            import torch
+            torch.spyre.synchronize()
+            _profile.append((self.name, torch.spyre.last_launch_stats()))
 
 
 def get_raw_stream(device_index: int) -> int:

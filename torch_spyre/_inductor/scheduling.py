@@ -39,6 +39,9 @@ class SpyreScheduling(sched.BaseScheduling):
         return self._captured[name]
 
     def _compatible(self, node1, node2) -> bool:
+        from . import config
+        if not config.fusion:
+            return False
         nodes = list(node1.get_nodes()) + list(node2.get_nodes())
         if not all(isinstance(n, sched.SchedulerNode) for n in nodes):
             return False

@@ -1,0 +1,14 @@
+"""Switches of the spyre lowering. The defaults are the optimised lowering;
+the benchmarks turn them off to measure the naive one against it. They are
+not part of Inductor's cache key: compile with caches disabled
+(torch._inductor.config.force_disable_caches) after changing them."""
+
+# Fuse pointwise chains and reductions with their epilogues into one program
+# (intermediates stay in the scratchpad); off: one program per node, every
+# intermediate through device memory.
+fusion = True
+# Alternate two scratchpad regions between a core's blocks so DMA of the
+# next block overlaps compute of this one; off: one region.
+double_buffer = True
+# Cores a kernel may spread its blocks over.
+max_cores = 32
