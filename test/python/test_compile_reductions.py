@@ -61,3 +61,11 @@ def test_argmax():
     x = torch.randn(40, 77, dtype=h)
     compiled = torch.compile(lambda a: a.argmax(-1))
     assert torch.equal(compiled(x.to("spyre")).cpu(), x.argmax(-1))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a: a.sum(), lambda a: a.mean((1, 2)), lambda a: a.amax((0, 2)),
+    lambda a: a.var((1, 2)), lambda a: ((a - 0.5) ** 2).mean(),
+], ids=["sum_all", "mean_12", "amax_02", "var_12", "mse"])
+def test_reduction_over_several_dims(fn):
+    compile_and_compare(fn, torch.randn(6, 33, 70, dtype=h), tol=REDUCTION_TOL)

@@ -18,6 +18,7 @@ between two scratchpad regions (double buffering), each planned by liveness.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Optional
 
@@ -64,6 +65,9 @@ class Space:
     outer: list[tuple[sympy.Symbol, int]]
     row: Optional[tuple[sympy.Symbol, int]]
     col: Optional[tuple[sympy.Symbol, int]]
+    # reduced dims besides the col dim, walked inside a block with
+    # accumulating reductions (one node's; not part of the signature)
+    red_outer: list = dataclasses.field(default_factory=list)
 
     @property
     def rows(self) -> int:
@@ -82,6 +86,8 @@ class Space:
             out[self.row[0]] = self.row[1]
         if self.col:
             out[self.col[0]] = self.col[1]
+        for v, n in self.red_outer:
+            out[v] = n
         return out
 
 
@@ -94,16 +100,14 @@ def _role_symbols(count: int):
 def node_space(node: CapturedNode) -> tuple[Space, dict]:
     """The node's space in role symbols and the substitution from its own
     iteration variables to them."""
+    red_outer = []
     if node.is_reduction:
-        if len(node.reduction_sizes) > 1:
-            raise SpyreLoweringError(
-                f"{node.name}: a reduction over {len(node.reduction_sizes)} dims "
-                f"{node.reduction_sizes}; the spyre lowering reduces one dim per kernel")
         sizes = node.sizes
         own_outer = node.index_vars[:-1]
         own_row = node.index_vars[-1:] if sizes else []
-        own_col = node.reduce_vars
-        col_size = node.reduction_sizes[0]
+        own_col = node.reduce_vars[-1:]
+        col_size = node.reduction_sizes[-1]
+        red_outer = list(zip(node.reduce_vars[:-1], node.reduction_sizes[:-1]))
         row_size = sizes[-1] if sizes else None
         outer_sizes = sizes[:-1]
     else:
@@ -120,9 +124,14 @@ def node_space(node: CapturedNode) -> tuple[Space, dict]:
         subs[own_row[0]] = rw
     if own_col:
         subs[own_col[0]] = cl
+    red_syms = [sympy.Symbol(f"ro{i}", integer=True, nonnegative=True)
+                for i in range(len(red_outer))]
+    for (v, _), sym in zip(red_outer, red_syms):
+        subs[v] = sym
     space = Space(list(zip(outer, outer_sizes)),
                   (rw, row_size) if own_row else None,
-                  (cl, col_size) if own_col else None)
+                  (cl, col_size) if own_col else None,
+                  [(sym, n) for sym, (_, n) in zip(red_syms, red_outer)])
     return space, subs
 
 
@@ -139,6 +148,10 @@ class KernelPlan:
     stored: list[str]        # buffers written to device memory
     internal: set            # buffers produced and consumed only inside
     produced: dict           # buffer -> (node index, store)
+    node_spaces: list = dataclasses.field(default_factory=list)
+
+    def ranges(self, node_i: int) -> dict:
+        return self.node_spaces[node_i].ranges()
 
 
 def _renamed(expr, subs):
@@ -161,7 +174,8 @@ def check_group(name: str, nodes: list[CapturedNode], removable: set) -> KernelP
             produced[st.buffer] = (i, st)
     internal = {b for b in produced if b in removable}
     stored = [b for b in produced if b not in internal]
-    plan = KernelPlan(name, space, list(nodes), list(subs), stored, internal, produced)
+    plan = KernelPlan(name, space, list(nodes), list(subs), stored, internal, produced,
+                      list(spaces))
     # In-kernel reads must see the producer's element at the same place.
     for i, n in enumerate(nodes):
         for load in _loads(n):
@@ -488,7 +502,7 @@ class Emitter:
             if buf in kept:
                 return kept[buf]
             access = analyze_access(buffer_layout(buf), _renamed(index, subs),
-                                    plan.space.ranges(), f"{plan.name}: load {buf}")
+                                    plan.ranges(node_i), f"{plan.name}: load {buf}")
             return self._load_box(access, buf, fixed, r0, R, K, R_alloc, K)
         if op == "constant":
             dtype = _compute_dtype(v.dtype)
@@ -504,6 +518,8 @@ class Emitter:
                 return src  # tiles compute in fp32 already
             return self._copy(src, target, R, K)
         if op == "reduction":
+            if plan.node_spaces[node_i].red_outer:
+                return self._reduction_multi(v.args[0], node_i, kept, fixed, r0, R, R_alloc, K)
             return self._reduction(v.args[0], node_i, ev, R, K)
         if op == "square":
             x = ev(v.args[0], node_i)
@@ -605,10 +621,72 @@ class Emitter:
         self._reduce(REDUCE[rt], dst, x, rows, K)
         return dst
 
-    def _reduce(self, op, dst: Tile, src: Tile, rows, cols):
+    def _reduce(self, op, dst: Tile, src: Tile, rows, cols, accumulate=False):
         self.instructions += 1
         if self.spec is not None:
-            self.spec.reduce(self.core, op, dst.t(self.region), src.t(self.region), rows, cols)
+            self.spec.reduce(self.core, op, dst.t(self.region), src.t(self.region), rows, cols,
+                             accumulate=accumulate)
+
+    def _reduction_multi(self, red: Reduction, node_i, kept, fixed, r0, R, R_alloc, K) -> Tile:
+        """A reduction over several dims: the col dim inside each Reduce, the
+        others (red-outer) walked here, accumulating into one result."""
+        space = self.plan.node_spaces[node_i]
+        combos = list(itertools.product(*[range(n) for _, n in space.red_outer]))
+        count = float(K * len(combos))
+        kept_ids = {id(t) for t in kept.values()}
+
+        def evaluate(combo):
+            fx = dict(fixed)
+            fx.update({v: c for (v, _), c in zip(space.red_outer, combo)})
+            local, made = {}, {}
+
+            def ev_local(v, ni):
+                if id(v) not in local:
+                    t = self._compute(v, ni, ev_local, kept, fx, r0, R, R_alloc, K)
+                    local[id(v)] = t
+                    if id(t) not in kept_ids:
+                        made[id(t)] = t
+                return local[id(v)]
+            return ev_local(red.value, node_i), list(made.values())
+
+        def fold(op, dst, transform=None):
+            for i, combo in enumerate(combos):
+                x, made = evaluate(combo)
+                rows = R if x.has_rows else 1
+                if transform is not None:
+                    x2 = transform(x, rows)
+                    made.append(x2)
+                    x = x2
+                if dst is None:
+                    dst = self._new_tile(torch.float32, x.has_rows, False, R, K)
+                self._reduce(op, dst, x, rows, K, accumulate=i > 0)
+                for t in made:
+                    self._free(t)
+            return dst
+
+        rt = red.reduction_type
+        simple = {"sum": RedOp.sum, "max": RedOp.max, "min": RedOp.min, "prod": RedOp.prod}
+        if rt in simple:
+            return fold(simple[rt], None)
+        if rt == "welford_reduce":
+            cache = self._welford.setdefault(id(red.value), {})
+            if not cache:
+                mean = fold(RedOp.sum, None)
+                rows = R if mean.has_rows else 1
+                self._vec(VecOp.div, mean, [mean], rows, 1, imm=count)
+
+                def squared_diff(x, rows_):
+                    d = self._new_tile(torch.float32, x.has_rows or mean.has_rows, True, R, K)
+                    self._vec(VecOp.sub, d, [x, mean], rows_, K)
+                    self._vec(VecOp.mul, d, [d, d], rows_, K)
+                    return d
+                m2 = fold(RedOp.sum, None, squared_diff)
+                weight = self._new_tile(torch.float32, False, False, R, K)
+                self._vec(VecOp.fill, weight, [], 1, 1, imm=count)
+                cache.update({0: mean, 1: m2, 2: weight})
+            return cache[red.part]
+        raise SpyreLoweringError(f"{self.plan.name}: reduction {rt!r} over several dims has no "
+                                 "device lowering")
 
     def _index_tile(self, expr, fixed, r0, R, K) -> Tile:
         space = self.plan.space
@@ -649,7 +727,7 @@ class Emitter:
         plan = self.plan
         slot = self.slots[st.buffer]
         lay = buffer_layout(st.buffer)
-        access = analyze_access(lay, _renamed(st.index, plan.subs[node_i]), plan.space.ranges(),
+        access = analyze_access(lay, _renamed(st.index, plan.subs[node_i]), plan.ranges(node_i),
                                 f"{plan.name}: store {st.buffer}")
         box = make_box(access, plan.space, fixed, r0, R, K, slot)
         check_store_box(box, access, plan.space, r0, f"{plan.name}")
@@ -704,7 +782,7 @@ def _row_quantum(plan: KernelPlan) -> int:
     for buf in plan.stored:
         i, st = plan.produced[buf]
         lay = buffer_layout(buf)
-        access = analyze_access(lay, _renamed(st.index, plan.subs[i]), space.ranges(),
+        access = analyze_access(lay, _renamed(st.index, plan.subs[i]), plan.ranges(i),
                                 f"{plan.name}: store {buf}")
         m = access.vars.get(space.row[0])
         if m is not None and m.dim == lay.rank - 1:
