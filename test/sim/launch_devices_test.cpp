@@ -2,10 +2,12 @@
 // that each has its own memory and runs launches independently.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "sim_test_util.h"
 #include "spyre/runtime/registry.h"
+#include "spyre/runtime/stream.h"
 
 namespace spyre::sim::test {
 namespace {
@@ -94,6 +96,23 @@ TEST(SimDevices, EachDeviceHasItsOwnMemory) {
   d1->free(p1);
 }
 
+// y = x + 3 over 1024 fp32 values, split across cores 0, 8, 16 and 24.
+rt::Program add_program() {
+  rt::Program p;
+  p.name = "add";
+  p.args = {slot("x", 4096, DType::kFloat32),
+            slot("y", 4096, DType::kFloat32, true)};
+  rt::Tile t = tile(0, DType::kFloat32, 1024);
+  rt::Vector add = vec(rt::VecOp::kAdd, t, t, 1, 256);
+  add.src1_is_imm = true;
+  add.imm = 3;
+  for (uint32_t c = 0; c < 4; ++c) {
+    p.cores.push_back(core(c * 8, {load(xfer(0, c * 1024, 0, 1024)), add,
+                                   store(xfer(1, c * 1024, 0, 1024))}));
+  }
+  return p;
+}
+
 TEST(SimDevices, LaunchesOnTwoDevicesRunIndependentlyAtOnce) {
   // The same program, loaded on each device, launched from two host threads
   // at once with different data; each device computes its own y = x + k.
@@ -101,21 +120,7 @@ TEST(SimDevices, LaunchesOnTwoDevicesRunIndependentlyAtOnce) {
   ScopedEnv small("SPYRE_SIM_MEMORY_GB", "1");
   std::unique_ptr<rt::Device> devices[2] = {backend->create_device(0),
                                             backend->create_device(1)};
-  rt::Program p;
-  p.name = "add";
-  p.args = {slot("x", 4096, DType::kFloat32),
-            slot("y", 4096, DType::kFloat32, true)};
-  rt::Tile t = tile(0, DType::kFloat32, 4096);
-  rt::Vector add = vec(rt::VecOp::kAdd, t, t, 1, 1024);
-  add.src1_is_imm = true;
-  add.imm = 3;
-  for (uint32_t c = 0; c < 4; ++c) {
-    rt::StickTransfer part = xfer(0, c * 1024, 0, 1024);
-    rt::StickTransfer out = xfer(1, c * 1024, 0, 1024);
-    rt::Vector v = add;
-    v.cols = 256;
-    p.cores.push_back(core(c * 8, {load(part), v, store(out)}));
-  }
+  const rt::Program p = add_program();
   std::vector<float> results[2];
   std::thread threads[2];
   for (int d = 0; d < 2; ++d) {
@@ -137,6 +142,47 @@ TEST(SimDevices, LaunchesOnTwoDevicesRunIndependentlyAtOnce) {
       ASSERT_EQ(results[d][i], static_cast<float>(i * (d + 1)) + 3)
           << "device " << d << " element " << i;
     }
+  }
+}
+
+TEST(SimDevices, OneProgramOnTwoStreamsAtOnce) {
+  // Launches of one loaded program overlap on two streams of one device;
+  // each takes its own scratchpads, and each stream's modelled clock
+  // advances by the launch time per launch.
+  auto device = small_device();
+  const rt::Program p = add_program();
+  rt::LoadedProgram loaded(*device, p);
+  const rt::LaunchStats reference = modelled(*device, p);
+  Buffers buffers[2] = {Buffers(*device, p), Buffers(*device, p)};
+  std::vector<float> x[2] = {std::vector<float>(1024),
+                             std::vector<float>(1024)};
+  for (int s = 0; s < 2; ++s) {
+    for (size_t i = 0; i < 1024; ++i)
+      x[s][i] = static_cast<float>(i) * (s ? -1 : 1);
+    buffers[s].upload(0, x[s]);
+  }
+  constexpr int kLaunches = 8;
+  std::atomic<int> completed{0};
+  {
+    rt::Stream streams[2] = {rt::Stream(*device, 1), rt::Stream(*device, 2)};
+    for (int launch = 0; launch < kLaunches; ++launch) {
+      for (int s = 0; s < 2; ++s) {
+        loaded.launch(streams[s], buffers[s].bindings,
+                      [&](const rt::LaunchStats& stats) {
+                        if (stats.cycles == reference.cycles) ++completed;
+                      });
+      }
+    }
+    for (auto& stream : streams) {
+      stream.synchronize();
+      EXPECT_DOUBLE_EQ(stream.device_time_ns(), kLaunches * reference.time_ns);
+    }
+  }
+  EXPECT_EQ(completed.load(), 2 * kLaunches);
+  for (int s = 0; s < 2; ++s) {
+    std::vector<float> y = buffers[s].download<float>(1);
+    for (size_t i = 0; i < 1024; ++i)
+      ASSERT_EQ(y[i], x[s][i] + 3) << s << " " << i;
   }
 }
 
