@@ -311,5 +311,58 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Bool()),
     softmax_name);
 
+// ---- random fills
+// ------------------------------------------------------------
+
+// 4096 fp32 draws as one RandFill on one core, or split over `cores` cores
+// with each core's counter offset at its first element.
+std::vector<uint8_t> random_draws(rt::RandDist dist, uint32_t cores) {
+  constexpr uint32_t kCount = 4096;
+  const uint32_t per_core = kCount / cores;
+  rt::Program p;
+  p.name = "rand";
+  p.args = {slot("out", kCount * 4, DType::kFloat32, true)};
+  for (uint32_t c = 0; c < cores; ++c) {
+    rt::RandFill fill;
+    fill.dst = tile(0, DType::kFloat32, per_core * 4);
+    fill.rows = 1;
+    fill.cols = per_core;
+    fill.dist = dist;
+    fill.seed = 0x5eed0000feedULL;
+    fill.offset = 1000 + uint64_t{c} * per_core;
+    fill.a = dist == rt::RandDist::kNormal ? 1.0 : -3.0;
+    fill.b = dist == rt::RandDist::kNormal ? 2.0 : 5.0;
+    p.cores.push_back(
+        core(c * 3, {fill, store(xfer(0, c * per_core * 4, 0, per_core * 4))}));
+  }
+  auto device = small_device();
+  Buffers buffers(*device, p);
+  run(*device, p, buffers);
+  return buffers.download<uint8_t>(0);
+}
+
+TEST(SimLaunchRandom, DrawsDoNotDependOnHowCoresSplitTheWork) {
+  for (rt::RandDist dist : {rt::RandDist::kUniform, rt::RandDist::kNormal}) {
+    SCOPED_TRACE(static_cast<int>(dist));
+    const std::vector<uint8_t> one = random_draws(dist, 1);
+    EXPECT_EQ(random_draws(dist, 4), one);
+    EXPECT_EQ(random_draws(dist, 8), one);
+    // And they are draws from the asked distribution, not a constant.
+    std::vector<float> v(one.size() / 4);
+    std::memcpy(v.data(), one.data(), one.size());
+    double mean = 0, sq = 0;
+    for (float x : v) mean += x / v.size();
+    for (float x : v) sq += (x - mean) * (x - mean) / v.size();
+    if (dist == rt::RandDist::kUniform) {
+      for (float x : v) ASSERT_TRUE(x >= -3.0f && x < 5.0f) << x;
+      EXPECT_NEAR(mean, 1.0, 0.15);                 // (a + b) / 2, 4096 draws
+      EXPECT_NEAR(sq, 64.0 / 12, 64.0 / 12 * 0.1);  // (b - a)^2 / 12
+    } else {
+      EXPECT_NEAR(mean, 1.0, 0.1);  // std 2 / sqrt(4096) = 0.03
+      EXPECT_NEAR(std::sqrt(sq), 2.0, 0.1);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace spyre::sim::test
