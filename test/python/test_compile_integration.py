@@ -94,3 +94,30 @@ def test_backend_name_resolves_in_a_fresh_process(fresh_python):
     """)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().endswith("ok")
+
+
+def test_in_place_update_of_an_input():
+    torch._dynamo.reset()
+
+    def f(x, y):
+        x.mul_(2.0)
+        return x + y
+    x, y = torch.randn(33, 70, dtype=h), torch.randn(70, dtype=h)
+    xd = x.to("spyre")
+    out = torch.compile(f)(xd, y.to("spyre"))
+    torch.testing.assert_close(xd.cpu().float(), x.float() * 2)
+    torch.testing.assert_close(out.cpu().float(), x.float() * 2 + y.float(), atol=1e-2,
+                               rtol=2e-3)
+
+
+def test_views_of_a_larger_storage_are_relaid_out():
+    torch._dynamo.reset()
+    big = torch.randn(66, 70, dtype=h)
+    dev = big.to("spyre")
+    compiled = torch.compile(lambda a: a * 3.0)
+    runtime.reset_stats()
+    for part in (slice(0, 33), slice(33, 66)):
+        out = compiled(dev[part])
+        torch.testing.assert_close(out.cpu().float(), big[part].float() * 3, atol=1e-2,
+                                   rtol=2e-3)
+    assert runtime.stats()["relayouts"] == 2

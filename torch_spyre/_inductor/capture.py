@@ -89,7 +89,7 @@ class CaptureHandler(DefaultHandler):
         return Value(name, tuple(args), _result_dtype(name, args))
 
     def load(self, name: str, index: sympy.Expr) -> Value:
-        v = Value("load", (name, index), V.graph.get_dtype(name))
+        v = Value("load", (real_name(name), index), V.graph.get_dtype(name))
         self.values.append(v)
         return v
 
@@ -98,10 +98,10 @@ class CaptureHandler(DefaultHandler):
             raise SpyreLoweringError(
                 f"{self.node_name}: store mode {mode!r} (atomic/accumulating stores) "
                 "has no device lowering")
-        self.stores.append(Store(name, index, value))
+        self.stores.append(Store(real_name(name), index, value))
 
     def store_reduction(self, name, index, value) -> None:
-        self.stores.append(Store(name, index, value))
+        self.stores.append(Store(real_name(name), index, value))
 
     def reduction(self, dtype, src_dtype, reduction_type, value):
         if isinstance(value, tuple):
@@ -161,6 +161,13 @@ class CapturedNode:
     @property
     def is_reduction(self) -> bool:
         return bool(self.reduction_sizes)
+
+
+def real_name(name: str) -> str:
+    """The buffer a name stands for: a mutation (x.mul_) writes its input's
+    storage under a new buffer name."""
+    scheduler = V.graph.scheduler
+    return scheduler.mutation_real_name.get(name, name) if scheduler else name
 
 
 def _static_ints(sizes) -> list[int]:

@@ -16,8 +16,8 @@ touched.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import math
+import pathlib
 import threading
 from typing import Callable
 
@@ -219,5 +219,10 @@ class SpyrePostGradPass(CustomGraphModulePass):
         apply_spyre_rewrites(gm)
 
     def uuid(self):
-        # the rewrites are this file: its text keys Inductor's cache
-        return hashlib.sha256(inspect.getsource(inspect.getmodule(self)).encode()).hexdigest()
+        # Inductor's cache key: the text of the whole spyre compiler (this
+        # pass, the lowering, the wrapper), so a changed lowering never
+        # reuses a module compiled by the old one
+        digest = hashlib.sha256()
+        for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
+            digest.update(path.read_bytes())
+        return digest.hexdigest()
