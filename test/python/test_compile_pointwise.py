@@ -65,3 +65,15 @@ def test_kernel_records_cores_and_blocks():
     (info,) = scheduling.compiled_kernels.values()
     assert info["cores"] == 32
     assert info["double_buffered"]
+
+
+@pytest.mark.parametrize("shape,other", [((1_000_003,), (1,)), ((3, 100_000), (100_000,)),
+                                         ((2, 50_000), (2, 1)), ((40_000,), (40_000,))],
+                         ids=["1d_1M_ragged", "long_rows", "long_rows_col_bcast", "1d_40k"])
+def test_long_rows_split_into_chunks(shape, other):
+    scheduling.compiled_kernels.clear()
+    x, y = torch.randn(shape, dtype=h), torch.randn(other, dtype=h)
+    with torch._inductor.config.patch(force_disable_caches=True):
+        compile_and_compare(lambda a, b: torch.sigmoid(a * b) + a, x, y, expect_kernels=1)
+    (info,) = scheduling.compiled_kernels.values()
+    assert info["cores"] >= 10  # the long rows spread over the cores

@@ -164,10 +164,14 @@ class Access:
 
 
 def analyze_access(layout: BufferLayout, index: sympy.Expr,
-                   ranges: dict[sympy.Symbol, int], what: str) -> Access:
+                   ranges: dict[sympy.Symbol, int], what: str,
+                   joint_extent: dict | None = None) -> Access:
     """Splits an Inductor index expression into per-dimension host
     coordinates; raises for indices that are not affine per dimension
-    (reshapes across dimensions, modular or floor-divided indexing)."""
+    (reshapes across dimensions, modular or floor-divided indexing).
+    `joint_extent` maps a pair of variables that together walk one range
+    (a split column: chunk * q + k) to that range's true last index, which
+    is below the product of their ranges when the last chunk is short."""
     expr = sympy.expand(sympy.sympify(index))
     free = expr.free_symbols
     unknown = [s for s in free if s not in ranges]
@@ -205,6 +209,11 @@ def analyze_access(layout: BufferLayout, index: sympy.Expr,
         # [B*S, D] read as [B, S, D]); their coordinates add up below
         maps[v] = VarMap(dim, step)
         extent[dim] += step * (ranges[v] - 1)
+    for (qv, kv), last in (joint_extent or {}).items():
+        if qv in maps and kv in maps and maps[qv].dim == maps[kv].dim:
+            m = maps[kv]
+            extent[m.dim] -= maps[qv].step * (ranges[qv] - 1) + m.step * (ranges[kv] - 1)
+            extent[m.dim] += m.step * last
     for d in range(layout.rank):
         if extent[d] >= layout.host_sizes[d]:
             raise SpyreLoweringError(

@@ -68,6 +68,8 @@ class Space:
     # reduced dims besides the col dim, walked inside a block with
     # accumulating reductions (one node's; not part of the signature)
     red_outer: list = dataclasses.field(default_factory=list)
+    # after a column split: valid cols of the last row (None: all rows full)
+    col_tail: Optional[int] = None
 
     @property
     def rows(self) -> int:
@@ -153,9 +155,40 @@ class KernelPlan:
     def ranges(self, node_i: int) -> dict:
         return self.node_spaces[node_i].ranges()
 
+    def joint_extent(self) -> dict | None:
+        sp = self.space
+        if sp.col_tail is None:
+            return None
+        return {(sp.row[0], sp.col[0]): (sp.rows - 1) * sp.cols + sp.col_tail - 1}
+
 
 def _renamed(expr, subs):
     return sympy.expand(sympy.sympify(expr).xreplace(subs))
+
+
+# Pointwise kernels with longer rows walk them in chunks of COL_CHUNK elements
+# (a multiple of every dtype's elements per stick): the col var c becomes
+# COL_CHUNK * q + k, q a row var, so long rows spread over cores and blocks.
+COL_SPLIT_THRESHOLD = 8192
+COL_CHUNK = 4096
+
+
+def _split_cols(space: Space, subs):
+    q = sympy.Symbol("cq", integer=True, nonnegative=True)
+    k = sympy.Symbol("ck", integer=True, nonnegative=True)
+    cl = space.col[0]
+    chunks = -(-space.cols // COL_CHUNK)
+    outer = list(space.outer) + ([space.row] if space.row else [])
+    new_space = Space(outer, (q, chunks), (k, COL_CHUNK), [],
+                      col_tail=space.cols - (chunks - 1) * COL_CHUNK)
+    new_subs = []
+    for sub in subs:
+        sub = dict(sub)
+        for own, role in list(sub.items()):
+            if role == cl:
+                sub[own] = COL_CHUNK * q + k
+        new_subs.append(sub)
+    return new_space, new_subs
 
 
 def check_group(name: str, nodes: list[CapturedNode], removable: set) -> KernelPlan:
@@ -168,6 +201,9 @@ def check_group(name: str, nodes: list[CapturedNode], removable: set) -> KernelP
             raise SpyreLoweringError(
                 f"{name}: {n.name} iterates {s.signature()} but {nodes[0].name} "
                 f"{space.signature()}; they cannot share a device program")
+    if space.cols > COL_SPLIT_THRESHOLD and not any(n.is_reduction for n in nodes):
+        space, subs = _split_cols(space, subs)
+        spaces = [space] * len(nodes)
     produced = {}
     for i, n in enumerate(nodes):
         for st in n.stores:
@@ -364,8 +400,10 @@ def check_store_box(box: Box, access: Access, space: Space, r0: int, what: str):
     stick_walker = None
     for role, v in (("row", space.row), ("col", space.col)):
         if v and v[0] in access.vars and access.vars[v[0]].dim == lay.rank - 1:
-            stick_walker = role
-            if access.vars[v[0]].step != 1:
+            step = access.vars[v[0]].step
+            if step == 1:
+                stick_walker = role
+            elif step % lay.per_stick != 0:  # whole-stick steps are fine
                 raise SpyreLoweringError(f"{what}: strided store into the sticks of {lay.name}")
     if stick_walker is None and lay.host_sizes[-1] > 1:
         raise SpyreLoweringError(
@@ -387,6 +425,7 @@ class Emitter:
         self.region, self.alloc = region, alloc
         self.instructions = 0
         self.R_alloc = 1
+        self.K_alloc = 1
         self._welford = {}
 
     # -- instruction helpers --
@@ -404,7 +443,7 @@ class Emitter:
     def _new_tile(self, dtype, has_rows, has_cols, R, K) -> Tile:
         # sized for the largest block, so every block of a core plans alike
         es = dtype.itemsize
-        rows, cols = (self.R_alloc if has_rows else 1), (K if has_cols else 1)
+        rows, cols = (self.R_alloc if has_rows else 1), (self.K_alloc if has_cols else 1)
         row_bytes = cols * es
         nbytes = rows * row_bytes
         off = self.alloc.alloc(nbytes)
@@ -435,9 +474,10 @@ class Emitter:
                     box.has_rows, box.has_cols, (off, nbytes))
 
     # -- the block --
-    def block(self, fixed: dict, r0: int, R: int, R_alloc: int):
+    def block(self, fixed: dict, r0: int, R: int, R_alloc: int, K: Optional[int] = None):
         plan = self.plan
-        K = plan.space.cols
+        self.K_alloc = plan.space.cols
+        K = K or plan.space.cols
         self.R_alloc = R_alloc
         tiles: dict[int, Tile] = {}        # Value id -> its tile
         refs: dict[int, int] = {}          # Tile id -> live Values using it
@@ -502,8 +542,9 @@ class Emitter:
             if buf in kept:
                 return kept[buf]
             access = analyze_access(buffer_layout(buf), _renamed(index, subs),
-                                    plan.ranges(node_i), f"{plan.name}: load {buf}")
-            return self._load_box(access, buf, fixed, r0, R, K, R_alloc, K)
+                                    plan.ranges(node_i), f"{plan.name}: load {buf}",
+                                    plan.joint_extent())
+            return self._load_box(access, buf, fixed, r0, R, K, R_alloc, self.K_alloc)
         if op == "constant":
             dtype = _compute_dtype(v.dtype)
             t = self._new_tile(dtype, False, False, R, K)
@@ -728,10 +769,10 @@ class Emitter:
         slot = self.slots[st.buffer]
         lay = buffer_layout(st.buffer)
         access = analyze_access(lay, _renamed(st.index, plan.subs[node_i]), plan.ranges(node_i),
-                                f"{plan.name}: store {st.buffer}")
+                                f"{plan.name}: store {st.buffer}", plan.joint_extent())
         box = make_box(access, plan.space, fixed, r0, R, K, slot)
         check_store_box(box, access, plan.space, r0, f"{plan.name}")
-        nbytes = make_box(access, plan.space, fixed, 0, R_alloc, K, slot).bytes
+        nbytes = make_box(access, plan.space, fixed, 0, R_alloc, self.K_alloc, slot).bytes
         assert box.bytes <= nbytes
         off = self.alloc.alloc(nbytes)
         out = Tile(off, lay.dtype, box.row_stride, box.col_stride, box.has_rows, box.has_cols)
@@ -783,9 +824,9 @@ def _row_quantum(plan: KernelPlan) -> int:
         i, st = plan.produced[buf]
         lay = buffer_layout(buf)
         access = analyze_access(lay, _renamed(st.index, plan.subs[i]), plan.ranges(i),
-                                f"{plan.name}: store {buf}")
+                                f"{plan.name}: store {buf}", plan.joint_extent())
         m = access.vars.get(space.row[0])
-        if m is not None and m.dim == lay.rank - 1:
+        if m is not None and m.dim == lay.rank - 1 and m.step % lay.per_stick != 0:
             q = max(q, lay.per_stick)
     return q
 
@@ -847,18 +888,21 @@ def lower_kernel(plan: KernelPlan, num_cores: int = NUM_CORES,
     outer_ranges = [range(n) for _, n in space.outer]
     for combo in itertools.product(*outer_ranges):
         fixed = {v: c for (v, _), c in zip(space.outer, combo)}
-        for r0 in range(0, rows, rc):
-            units.append((fixed, r0, min(rc, rows - r0)))
+        full_rows = rows - 1 if space.col_tail not in (None, space.cols) else rows
+        for r0 in range(0, full_rows, rc):
+            units.append((fixed, r0, min(rc, full_rows - r0), None))
+        if full_rows < rows:  # the last chunk of a split row is shorter
+            units.append((fixed, full_rows, 1, space.col_tail))
     ncores = min(num_cores, len(units))
     instructions = 0
     for core in range(ncores):
         lo, hi = core * len(units) // ncores, (core + 1) * len(units) // ncores
         regions = 2 if double and hi - lo > 1 else 1
         ci = spec.add_core(core, max(STICK_BYTES, regions * region))
-        for k, (fixed, r0, R) in enumerate(units[lo:hi]):
+        for k, (fixed, r0, R, K) in enumerate(units[lo:hi]):
             alloc = RegionAllocator()
             em = Emitter(plan, slots, spec, ci, (k % regions) * region, alloc)
-            em.block(fixed, r0, R, rc)
+            em.block(fixed, r0, R, rc, K)
             instructions += em.instructions
     spec.validate(device_cores, scratchpad_bytes)
     info = dict(cores=ncores, blocks=len(units), rows_per_block=rc, region_bytes=region,
