@@ -14,6 +14,7 @@
 
 #include "allocator.h"
 #include "device_state.h"
+#include "ops/launch.h"
 #include "pinned_host.h"
 #include "spyre/runtime/stream.h"
 #include "storage_ops.h"
@@ -153,8 +154,16 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst,
     if (!non_blocking) wait_for(stream);
     return;
   }
-  // Different layouts, views, dtypes or devices: through the host image of
-  // the source (which waits for the source's device).
+  // Views, layouts and dtype conversions on one device: a device program,
+  // ordered on the stream like any kernel.
+  if (src.device() == dst.device() &&
+      ops::has_device_dtype(src.scalar_type()) &&
+      ops::has_device_dtype(dst.scalar_type())) {
+    ops::device_copy(src, dst);
+    return;
+  }
+  // Other devices or dtypes the device cannot convert: through the host
+  // image of the source (which waits for the source's device).
   at::Tensor image = host_image(src.storage());
   at::Tensor values =
       view_in_image(src, image).to(dst.scalar_type()).expand(dst.sizes());

@@ -16,11 +16,13 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 
 #include "allocator.h"
 #include "device_state.h"
+#include "ops/launch.h"
 #include "spyre/runtime/stream.h"
 #include "storage_ops.h"
 
@@ -159,11 +161,23 @@ at::Tensor& spyre_set_empty(at::Tensor& self) {
   return spyre_set_storage(self, std::move(empty), 0, {0}, {});
 }
 
-// Device fill when one byte value repeats through the element (0, -1, bool,
-// ...) and the tensor is its whole storage; else through the host.
+// Device fill: a memory fill when one byte value repeats through the element
+// (0, -1, bool, ...) and the tensor is its whole storage, else a fill
+// program (any view); through the host only for dtypes no kernel handles
+// and integers a double cannot hold.
 at::Tensor& spyre_fill_scalar(at::Tensor& self, const at::Scalar& value) {
   if (self.numel() == 0) return self;
   at::Tensor host_value = at::full({}, value, self.options().device(at::kCPU));
+  const double as_double = host_value.item<double>();
+  const bool exact = at::isFloatingType(self.scalar_type()) ||
+                     std::fabs(as_double) <= 9007199254740992.0;
+  if (ops::has_device_dtype(self.scalar_type()) && exact &&
+      !covers_storage(self)) {
+    ops::launch_elementwise(
+        "fill", {}, self,
+        {kernels::fill_step(as_double, ops::device_dtype(self.scalar_type()))});
+    return self;
+  }
   const auto* bytes = static_cast<const uint8_t*>(host_value.data_ptr());
   const bool uniform = std::all_of(bytes, bytes + self.element_size(),
                                    [&](uint8_t b) { return b == bytes[0]; });
@@ -177,6 +191,12 @@ at::Tensor& spyre_fill_scalar(at::Tensor& self, const at::Scalar& value) {
     };
     rt::Stream& stream = runtime_stream(current_stream(allocation.device));
     call_runtime([&] { stream.enqueue(work); });
+    return self;
+  }
+  if (ops::has_device_dtype(self.scalar_type()) && exact) {
+    ops::launch_elementwise(
+        "fill", {}, self,
+        {kernels::fill_step(as_double, ops::device_dtype(self.scalar_type()))});
     return self;
   }
   copy_tensor(host_value.expand(self.sizes()), self, false);

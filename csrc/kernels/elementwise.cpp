@@ -245,6 +245,26 @@ ElementwiseStep fill_step(double value, rt::DType dtype) {
   return s;
 }
 
+ElementwiseStep index_step(ElementwiseStep::Kind kind, double start,
+                           double step, rt::DType dtype) {
+  ElementwiseStep s = fill_step(start, dtype);
+  s.kind = kind;
+  s.op = rt::VecOp::kIota;
+  s.imm2 = step;
+  return s;
+}
+
+ElementwiseStep random_step(rt::RandDist dist, double a, double b,
+                            uint64_t seed, uint64_t offset, rt::DType dtype) {
+  ElementwiseStep s = fill_step(a, dtype);
+  s.kind = ElementwiseStep::Kind::kRandom;
+  s.dist = dist;
+  s.imm2 = b;
+  s.seed = seed;
+  s.offset = offset;
+  return s;
+}
+
 void StickOperand::append_key(std::string& key) const {
   key += rt::dtype_name(dtype);
   key += cols == Cols::kSticks ? 's' : 'b';
@@ -264,6 +284,11 @@ void ElementwiseKernel::append_key(std::string& key) const {
   output.append_key(key);
   if (output_read_modify_write) key += "rmw";
   for (const ElementwiseStep& st : steps) {
+    if (st.kind != ElementwiseStep::Kind::kVector) {
+      key += 'k' + std::to_string(static_cast<int>(st.kind)) + 'd' +
+             std::to_string(static_cast<int>(st.dist)) + 's' +
+             std::to_string(st.seed) + 'o' + std::to_string(st.offset);
+    }
     key += std::to_string(static_cast<int>(st.op)) + ':' +
            std::string(rt::dtype_name(st.dtype));
     for (int src : st.src) key += ',' + std::to_string(src);
@@ -397,6 +422,49 @@ rt::Program build_elementwise(const ElementwiseKernel& k) {
           dst = rt::Tile{set.temp[st], step.dtype,
                          static_cast<int32_t>(fp.temp_pitch[st]),
                          static_cast<int32_t>(rt::element_size(step.dtype))};
+        }
+        using Kind = ElementwiseStep::Kind;
+        const int32_t esize =
+            static_cast<int32_t>(rt::element_size(step.dtype));
+        if (step.kind == Kind::kColIndex || step.kind == Kind::kRowIndex) {
+          if (last) {
+            throw KernelBuildError(k.name + ": an index cannot be the output");
+          }
+          const bool cols = step.kind == Kind::kColIndex;
+          rt::Vector v;
+          v.op = rt::VecOp::kIota;
+          v.dst = rt::Tile{set.temp[st], step.dtype, esize, esize};
+          v.rows = cols ? 1 : static_cast<uint32_t>(w.nrows);
+          v.cols = cols ? static_cast<uint32_t>(w.ncols) : 1;
+          v.imm = step.imm +
+                  static_cast<double>(cols ? w.col0 : w.row0) * step.imm2;
+          v.imm2 = step.imm2;
+          core.emit(v);
+          values.push_back(rt::Tile{set.temp[st], step.dtype, cols ? 0 : esize,
+                                    cols ? esize : 0});
+          continue;
+        }
+        if (step.kind == Kind::kRandom) {
+          // Element (r, c) of the tile is iteration element `first` +
+          // r * cols + c: one fill when the tile spans whole rows (or is
+          // one row), else one per row.
+          const int64_t first = (w.batch * s.rows + w.row0) * s.cols + w.col0;
+          const bool whole = w.ncols == s.cols || w.nrows == 1;
+          for (int64_t r = 0; r < (whole ? 1 : w.nrows); ++r) {
+            rt::RandFill f;
+            f.dst = dst;
+            f.dst.offset += static_cast<uint32_t>(r * dst.row_stride);
+            f.rows = static_cast<uint32_t>(whole ? w.nrows : 1);
+            f.cols = static_cast<uint32_t>(w.ncols);
+            f.dist = step.dist;
+            f.seed = step.seed;
+            f.offset = step.offset + static_cast<uint64_t>(first + r * s.cols);
+            f.a = step.imm;
+            f.b = step.imm2;
+            core.emit(f);
+          }
+          values.push_back(dst);
+          continue;
         }
         rt::Vector v;
         v.op = step.op;

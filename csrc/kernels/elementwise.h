@@ -43,6 +43,17 @@ struct StickOperand {
 // One vector step. Values are numbered: inputs 0..n_inputs-1, then each step
 // makes the next value. The last step's value is the output.
 struct ElementwiseStep {
+  // kVector: one rt::Vector of `op`. The others make values from the
+  // iteration itself (never the last step):
+  //   kColIndex: imm + col * imm2 along the cols dim (broadcast over rows);
+  //   kRowIndex: imm + row * imm2 along the dim before cols;
+  // and kRandom fills with RandFill draws: element e of the iteration (flat,
+  // row-major over the iteration space) draws counter `offset + e`, so the
+  // numbers do not depend on the tiling or the core split.
+  enum class Kind : uint8_t { kVector, kColIndex, kRowIndex, kRandom };
+  Kind kind = Kind::kVector;
+  rt::RandDist dist = rt::RandDist::kUniform;  // kRandom: imm, imm2 = a, b
+  uint64_t seed = 0, offset = 0;               // kRandom
   rt::VecOp op = rt::VecOp::kCopy;
   rt::DType dtype = rt::DType::kFloat32;  // of the value made (last: ignored)
   int src[3] = {-1, -1, -1};              // value numbers, by arity
@@ -60,6 +71,10 @@ ElementwiseStep scalar_step(rt::VecOp op, int src0, double imm,
 ElementwiseStep select_step(int cond, int if_true, int if_false,
                             rt::DType dtype);
 ElementwiseStep fill_step(double value, rt::DType dtype);
+ElementwiseStep index_step(ElementwiseStep::Kind kind, double start,
+                           double step, rt::DType dtype);
+ElementwiseStep random_step(rt::RandDist dist, double a, double b,
+                            uint64_t seed, uint64_t offset, rt::DType dtype);
 
 struct ElementwiseKernel {
   std::string name = "elementwise";

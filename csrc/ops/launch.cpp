@@ -221,6 +221,34 @@ void launch(const rt::LoadedProgram& program,
   ++counters().launches;
 }
 
+void launch_once(rt::Program program, c10::ArrayRef<at::Tensor> tensors) {
+  const c10::DeviceIndex index = tensors.at(0).device().index();
+  auto loaded = call_runtime([&] {
+    return std::make_shared<rt::LoadedProgram>(runtime_device(index),
+                                               std::move(program));
+  });
+  ++counters().program_misses;
+  std::vector<rt::ArgBinding> bindings;
+  std::vector<c10::Storage> keep;
+  for (const at::Tensor& tensor : tensors) {
+    TORCH_CHECK_VALUE(tensor.device() == tensors[0].device(),
+                      "spyre: expected all tensors on ", tensors[0].device(),
+                      ", got ", tensor.device());
+    bindings.push_back(bind(tensor));
+    keep.push_back(tensor.storage());
+  }
+  rt::Stream& stream = runtime_stream(current_stream(index));
+  // The launch keeps the program alive until it ran.
+  call_runtime([&] {
+    loaded->launch(
+        stream, bindings,
+        [index, loaded, keep = std::move(keep)](const rt::LaunchStats& s) {
+          rt::Runtime::get().record_launch_stats(index, s);
+        });
+  });
+  ++counters().launches;
+}
+
 std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
                                                    at::IntArrayRef sizes,
                                                    at::IntArrayRef strides,
@@ -420,6 +448,14 @@ void launch_elementwise(const std::string& name,
     tensors.push_back(std::move(input));
   }
   tensors.push_back(out);
+  const bool random = std::any_of(
+      steps.begin(), steps.end(), [](const kernels::ElementwiseStep& step) {
+        return step.kind == kernels::ElementwiseStep::Kind::kRandom;
+      });
+  if (random) {  // a fresh generator state: a program that never repeats
+    launch_once(kernels::build_elementwise(kernel), tensors);
+    return;
+  }
   std::string key;
   key.reserve(256);
   kernel.append_key(key);
@@ -427,6 +463,15 @@ void launch_elementwise(const std::string& name,
       cached_program(out.device().index(), key,
                      [&] { return kernels::build_elementwise(kernel); });
   launch(program, tensors);
+}
+
+void device_copy(const at::Tensor& src, const at::Tensor& dst) {
+  const bool to_bool =
+      dst.scalar_type() == at::kBool && src.scalar_type() != at::kBool;
+  const kernels::ElementwiseStep step =
+      to_bool ? kernels::scalar_step(rt::VecOp::kNe, 0, 0, rt::DType::kBool)
+              : kernels::copy_step();
+  launch_elementwise("copy", {src}, dst, {step});
 }
 
 OpStats op_stats() {

@@ -110,6 +110,10 @@ void launch_elementwise(const std::string& name,
                         c10::ArrayRef<at::Tensor> inputs, const at::Tensor& out,
                         c10::ArrayRef<kernels::ElementwiseStep> steps);
 
+// dst <- src on one device by a device program: src broadcasts, dtypes
+// convert (nonzero -> true for bool), views on both sides honoured.
+void device_copy(const at::Tensor& src, const at::Tensor& dst);
+
 // ---- counters (torch.spyre.op_stats()) -------------------------------------
 struct OpStats {
   uint64_t launches = 0;
