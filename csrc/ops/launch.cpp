@@ -356,6 +356,9 @@ namespace {
 struct Iteration {
   std::vector<int64_t> shape;
   std::vector<int64_t> out_dims;  // which dims of out they are
+  // out's innermost dim is not contiguous (a column of a matrix): a size-1
+  // cols dim is added, so that dim becomes rows of one-element sticks.
+  bool synthetic_cols = false;
 
   // Dims in out's memory order (outermost first), so a permuted output
   // (and inputs permuted alike) still has its sticks along the cols dim.
@@ -367,25 +370,25 @@ struct Iteration {
         out_dims.begin(), out_dims.end(),
         [&](int64_t a, int64_t b) { return out.stride(a) > out.stride(b); });
     for (int64_t d : out_dims) shape.push_back(out.size(d));
+    synthetic_cols = !out_dims.empty() && out.stride(out_dims.back()) != 1;
+    if (shape.empty() || synthetic_cols) shape.push_back(1);
   }
 
   // `t` broadcast to out (aligned at the last dim), as element strides over
-  // the iteration; a size-1 space gives the output a unit cols stride.
+  // the iteration; a size-1 cols dim gives the output a unit stride.
   std::vector<int64_t> strides(const at::Tensor& t, int64_t out_rank,
                                bool is_output) const {
-    if (shape.empty()) return {is_output ? 1 : 0};
     std::vector<int64_t> result;
-    result.reserve(out_dims.size());
+    result.reserve(shape.size());
     for (int64_t d : out_dims) {
       const int64_t td = d - (out_rank - t.dim());
       result.push_back(td < 0 || t.size(td) == 1 ? 0 : t.stride(td));
     }
+    if (result.size() < shape.size()) result.push_back(is_output ? 1 : 0);
     return result;
   }
 
-  std::vector<int64_t> sizes() const {
-    return shape.empty() ? std::vector<int64_t>{1} : shape;
-  }
+  const std::vector<int64_t>& sizes() const { return shape; }
 };
 
 bool same_view(const at::Tensor& a, const std::vector<int64_t>& a_strides,
@@ -400,7 +403,7 @@ void launch_elementwise(const std::string& name,
                         c10::ArrayRef<kernels::ElementwiseStep> steps) {
   if (out.numel() == 0) return;
   const Iteration it(out);
-  const std::vector<int64_t> sizes = it.sizes();
+  const std::vector<int64_t>& sizes = it.sizes();
   const std::vector<int64_t> out_strides = it.strides(out, out.dim(), true);
   auto out_operand =
       stick_operand(out, sizes, out_strides, out.storage_offset());
