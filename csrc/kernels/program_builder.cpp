@@ -25,6 +25,18 @@ uint32_t CoreBuilder::reserve(uint32_t bytes, const char* what) {
   return offset;
 }
 
+void CoreBuilder::load(const std::vector<rt::StickTransfer>& transfers,
+                       uint32_t share_group) {
+  for (rt::StickTransfer x : transfers) {
+    x.share_group = share_group;
+    emit(rt::DmaLoad{x});
+  }
+}
+
+void CoreBuilder::store(const std::vector<rt::StickTransfer>& transfers) {
+  for (const rt::StickTransfer& x : transfers) emit(rt::DmaStore{x});
+}
+
 rt::CoreProgram CoreBuilder::finish() && {
   program_.scratchpad_bytes = std::max<uint32_t>(next_, rt::kStickBytes);
   return std::move(program_);

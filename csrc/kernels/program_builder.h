@@ -34,6 +34,10 @@ class CoreBuilder {
   void emit(Inst inst) {
     program_.instructions.emplace_back(std::move(inst));
   }
+  // One DmaLoad / DmaStore per transfer (see Matrix::tiles).
+  void load(const std::vector<rt::StickTransfer>& transfers,
+            uint32_t share_group = 0);
+  void store(const std::vector<rt::StickTransfer>& transfers);
 
   rt::CoreProgram finish() &&;
 
