@@ -1,0 +1,293 @@
+#include "kernels/reduce.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "kernels/program_builder.h"
+#include "spyre/runtime/error.h"
+
+namespace spyre::kernels {
+namespace {
+
+constexpr rt::DType kF32 = rt::DType::kFloat32;
+constexpr rt::DType kI64 = rt::DType::kInt64;
+
+rt::RedOp device_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return rt::RedOp::kSum;
+    case ReduceOp::kMax:
+      return rt::RedOp::kMax;
+    case ReduceOp::kMin:
+      return rt::RedOp::kMin;
+    case ReduceOp::kProd:
+      return rt::RedOp::kProd;
+    case ReduceOp::kArgMax:
+      return rt::RedOp::kArgMax;
+    case ReduceOp::kArgMin:
+      return rt::RedOp::kArgMin;
+  }
+  return rt::RedOp::kSum;
+}
+
+uint64_t round_up(uint64_t v, uint64_t q) { return ceil_div(v, q) * q; }
+
+// The accumulator dtype: fp32 for floating data, int64 indices for arg
+// reductions, int64 for integer data.
+rt::DType acc_dtype(const Matrix& in, ReduceOp op) {
+  if (is_arg_reduction(op)) return kI64;
+  return rt::is_floating(in.dtype) ? kF32 : kI64;
+}
+
+void check_dtypes(const Matrix& in, const Matrix& out, ReduceOp op) {
+  if (is_arg_reduction(op) && out.dtype != kI64) {
+    throw KernelBuildError(rt::str(reduce_op_name(op),
+                                   " writes int64 indices, not ",
+                                   rt::dtype_name(out.dtype)));
+  }
+  if (in.rows == 0 || in.cols == 0 || out.rows == 0 || out.cols == 0) {
+    throw KernelBuildError(
+        "a reduction over or into an empty tensor needs no program");
+  }
+}
+
+// A work item: out row `row`, out columns [col0, col0 + cols).
+struct Item {
+  uint64_t row, col0, cols;
+};
+
+// Cuts out's rows into column chunks of whole sticks (of both dtypes that
+// meet there) so that the work spreads over the cores.
+std::vector<Item> work_items(const Matrix& out, uint64_t quantum,
+                             uint32_t cores, uint64_t max_chunk) {
+  const uint64_t units = ceil_div(out.cols, quantum);
+  const uint64_t total = units * out.rows;
+  uint64_t per_item = std::max<uint64_t>(1, ceil_div(total, cores));
+  per_item = std::min<uint64_t>(per_item, units);
+  uint64_t chunk = std::min(per_item * quantum, round_up(out.cols, quantum));
+  chunk = std::max<uint64_t>(quantum,
+                             std::min(chunk, max_chunk / quantum * quantum));
+  std::vector<Item> items;
+  for (uint64_t r = 0; r < out.rows; ++r) {
+    for (uint64_t c = 0; c < out.cols; c += chunk) {
+      items.push_back({r, c, std::min(chunk, out.cols - c)});
+    }
+  }
+  return items;
+}
+
+// The result of one item, in the accumulator at `acc` (one element per out
+// column, `acc_dtype` elements apart), scaled and rounded into out's dtype,
+// then stored.
+void finish_item(CoreBuilder& core, const Matrix& out, const Item& item,
+                 uint32_t acc, rt::DType acc_t, uint32_t out_buf,
+                 double scale) {
+  rt::Vector v;
+  v.op = scale == 1 ? rt::VecOp::kCopy : rt::VecOp::kMul;
+  v.rows = 1;
+  v.cols = static_cast<uint32_t>(item.cols);
+  v.dst = spad_tile(out_buf, out.dtype, padded_row_bytes(item.cols, out.dtype));
+  v.src0 = spad_tile(acc, acc_t, padded_row_bytes(item.cols, acc_t));
+  v.src1_is_imm = true;
+  v.imm = scale;
+  core.emit(v);
+  core.store(out.tiles(1, item.row, 1, item.col0, item.cols, out_buf,
+                       padded_row_bytes(item.cols, out.dtype)));
+}
+
+// Assigns items to cores in contiguous runs.
+template <typename EmitItem>
+void distribute(ProgramBuilder& builder, const std::vector<Item>& items,
+                EmitItem&& emit_item) {
+  const Split split{items.size(), builder.num_cores(), 1};
+  for (uint32_t c = 0; c < split.used_parts(); ++c) {
+    CoreBuilder& core = builder.core(c);
+    for (uint64_t i = split.begin(c); i < split.begin(c + 1); ++i) {
+      emit_item(core, items[i], i == split.begin(c));
+    }
+  }
+}
+
+}  // namespace
+
+bool is_arg_reduction(ReduceOp op) {
+  return op == ReduceOp::kArgMax || op == ReduceOp::kArgMin;
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMax:
+      return "amax";
+    case ReduceOp::kMin:
+      return "amin";
+    case ReduceOp::kProd:
+      return "prod";
+    case ReduceOp::kArgMax:
+      return "argmax";
+    case ReduceOp::kArgMin:
+      return "argmin";
+  }
+  return "?";
+}
+
+rt::Program build_reduce_along_sticks(const Matrix& in, const Matrix& out,
+                                      ReduceOp op, const ReduceOptions& o) {
+  check_dtypes(in, out, op);
+  const Matrix s = in.strided_form();
+  const uint64_t inner = s.row_dims.empty() ? 1 : s.row_dims.back().size;
+  if (out.cols != inner || out.rows * out.cols != in.rows) {
+    throw KernelBuildError(
+        rt::str("reduce along sticks: out must be ",
+                in.rows / std::max<uint64_t>(inner, 1), " x ", inner,
+                " (in's rows by its innermost row dimension), got ", out.rows,
+                " x ", out.cols));
+  }
+  const uint32_t budget = o.scratchpad_bytes - o.scratchpad_reserve;
+  const rt::DType acc_t = acc_dtype(in, op);
+  const uint64_t ei = in.elements_per_stick();
+  const uint64_t eo = out.elements_per_stick();
+  // Rows of one item: at most 512; columns of one tile: the whole row, or
+  // halves of it (whole sticks) when it does not fit.
+  const std::vector<Item> items = work_items(out, eo, o.max_cores, 512);
+  const uint64_t max_rows =
+      std::max_element(items.begin(), items.end(), [](auto& a, auto& b) {
+        return a.cols < b.cols;
+      })->cols;
+  uint64_t tr = max_rows;
+  uint64_t tc = round_up(in.cols, ei);
+  auto need = [&](uint64_t r, uint64_t c) {
+    return 2 * r * padded_row_bytes(c, in.dtype) +
+           2 * rt::round_up_to_sticks(max_rows * 8);
+  };
+  while (need(tr, tc) > budget) {
+    if (tc > ei && !is_arg_reduction(op)) {
+      tc = round_up(tc / 2, ei);
+    } else if (tr > 1) {
+      tr = ceil_div(tr, 2);
+    } else {
+      throw KernelBuildError(
+          rt::str(reduce_op_name(op), ": a row of ", in.cols,
+                  " elements does not fit the scratchpad in one tile"));
+    }
+  }
+  const uint32_t pitch = padded_row_bytes(tc, in.dtype);
+  ProgramBuilder builder(rt::str(reduce_op_name(op), "_along_sticks"),
+                         o.max_cores, budget);
+  builder.add_arg("in", in.dtype, in.bytes(), false);
+  builder.add_arg("out", out.dtype, out.bytes(), true);
+  struct Bufs {
+    uint32_t in[2], acc, out;
+  };
+  std::map<uint32_t, Bufs> bufs;
+  std::map<uint32_t, int> parity;
+  distribute(builder, items, [&](CoreBuilder& core, const Item& item, bool) {
+    if (!bufs.count(core.core())) {
+      Bufs b{};
+      b.in[0] = core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
+      b.in[1] = core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
+      b.acc = core.reserve(static_cast<uint32_t>(max_rows * 8), "accumulator");
+      b.out = core.reserve(static_cast<uint32_t>(max_rows * 8), "output row");
+      bufs[core.core()] = b;
+    }
+    const Bufs& b = bufs[core.core()];
+    int& par = parity[core.core()];
+    const uint32_t acc_size = rt::element_size(acc_t);
+    for (uint64_t r0 = 0; r0 < item.cols; r0 += tr) {
+      const uint64_t nr = std::min(tr, item.cols - r0);
+      for (uint64_t c0 = 0; c0 < in.cols; c0 += tc) {
+        const uint64_t nc = std::min(tc, in.cols - c0);
+        core.load(in.tiles(0, item.row * out.cols + item.col0 + r0, nr, c0, nc,
+                           b.in[par], pitch));
+        rt::Reduce red;
+        red.op = device_op(op);
+        red.src = spad_tile(b.in[par], in.dtype, pitch);
+        red.dst = {b.acc + static_cast<uint32_t>(r0 * acc_size), acc_t,
+                   static_cast<int32_t>(acc_size), 0};
+        red.rows = static_cast<uint32_t>(nr);
+        red.cols = static_cast<uint32_t>(nc);
+        red.accumulate = c0 > 0;
+        core.emit(red);
+        par ^= 1;
+      }
+    }
+    finish_item(core, out, item, b.acc, acc_t, b.out, o.scale);
+  });
+  return std::move(builder).finish();
+}
+
+rt::Program build_reduce_along_rows(const Matrix& in, const Matrix& out,
+                                    ReduceOp op, const ReduceOptions& o) {
+  check_dtypes(in, out, op);
+  const Matrix s = in.strided_form();
+  const uint64_t reduced = s.row_dims.empty() ? 1 : s.row_dims.back().size;
+  if (out.cols != in.cols || out.rows * reduced != in.rows) {
+    throw KernelBuildError(rt::str("reduce along rows: out must be ",
+                                   in.rows / std::max<uint64_t>(reduced, 1),
+                                   " x ", in.cols, ", got ", out.rows, " x ",
+                                   out.cols));
+  }
+  const uint32_t budget = o.scratchpad_bytes - o.scratchpad_reserve;
+  const rt::DType acc_t = acc_dtype(in, op);
+  const uint64_t ei = in.elements_per_stick();
+  const uint64_t eo = out.elements_per_stick();
+  const uint64_t quantum = std::lcm(ei, eo);
+  const std::vector<Item> items = work_items(out, quantum, o.max_cores, 512);
+  const uint64_t cc =
+      std::max_element(items.begin(), items.end(), [](auto& a, auto& b) {
+        return a.cols < b.cols;
+      })->cols;
+  const uint32_t pitch = padded_row_bytes(cc, in.dtype);
+  const uint64_t fixed = 2 * rt::round_up_to_sticks(cc * 8);
+  if (fixed + 2 * pitch > budget) {
+    throw KernelBuildError("reduce along rows: a column chunk does not fit");
+  }
+  uint64_t tr = std::min<uint64_t>(reduced, (budget - fixed) / (2 * pitch));
+  if (is_arg_reduction(op) && tr < reduced) {
+    throw KernelBuildError(rt::str(reduce_op_name(op), " over ", reduced,
+                                   " rows does not fit one scratchpad tile"));
+  }
+  ProgramBuilder builder(rt::str(reduce_op_name(op), "_along_rows"),
+                         o.max_cores, budget);
+  builder.add_arg("in", in.dtype, in.bytes(), false);
+  builder.add_arg("out", out.dtype, out.bytes(), true);
+  struct Bufs {
+    uint32_t in[2], acc, out;
+  };
+  std::map<uint32_t, Bufs> bufs;
+  std::map<uint32_t, int> parity;
+  distribute(builder, items, [&](CoreBuilder& core, const Item& item, bool) {
+    if (!bufs.count(core.core())) {
+      Bufs b{};
+      b.in[0] = core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
+      b.in[1] = core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
+      b.acc = core.reserve(static_cast<uint32_t>(cc * 8), "accumulator");
+      b.out = core.reserve(static_cast<uint32_t>(cc * 8), "output row");
+      bufs[core.core()] = b;
+    }
+    const Bufs& b = bufs[core.core()];
+    int& par = parity[core.core()];
+    const uint32_t acc_size = rt::element_size(acc_t);
+    for (uint64_t r0 = 0; r0 < reduced; r0 += tr) {
+      const uint64_t nr = std::min(tr, reduced - r0);
+      core.load(in.tiles(0, item.row * reduced + r0, nr, item.col0, item.cols,
+                         b.in[par], pitch));
+      rt::Reduce red;
+      red.op = device_op(op);
+      // The tile read transposed: each column becomes a row to reduce.
+      red.src = transposed(spad_tile(b.in[par], in.dtype, pitch));
+      red.dst = {b.acc, acc_t, static_cast<int32_t>(acc_size), 0};
+      red.rows = static_cast<uint32_t>(item.cols);
+      red.cols = static_cast<uint32_t>(nr);
+      red.accumulate = r0 > 0;
+      core.emit(red);
+      par ^= 1;
+    }
+    finish_item(core, out, item, b.acc, acc_t, b.out, o.scale);
+  });
+  return std::move(builder).finish();
+}
+
+}  // namespace spyre::kernels
