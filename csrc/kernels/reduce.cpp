@@ -52,64 +52,60 @@ void check_dtypes(const Matrix& in, const Matrix& out, ReduceOp op) {
   }
 }
 
-// A work item: out row `row`, out columns [col0, col0 + cols).
-struct Item {
-  uint64_t row, col0, cols;
-};
+}  // namespace
 
-// Cuts out's rows into column chunks of whole sticks (of both dtypes that
-// meet there) so that the work spreads over the cores.
-std::vector<Item> work_items(const Matrix& out, uint64_t quantum,
-                             uint32_t cores, uint64_t max_chunk) {
+std::vector<RowChunk> row_chunks(const Matrix& out, uint64_t quantum,
+                                 uint32_t cores, uint64_t max_chunk) {
   const uint64_t units = ceil_div(out.cols, quantum);
   const uint64_t total = units * out.rows;
-  uint64_t per_item = std::max<uint64_t>(1, ceil_div(total, cores));
-  per_item = std::min<uint64_t>(per_item, units);
-  uint64_t chunk = std::min(per_item * quantum, round_up(out.cols, quantum));
-  chunk = std::max<uint64_t>(quantum,
-                             std::min(chunk, max_chunk / quantum * quantum));
-  std::vector<Item> items;
+  uint64_t per_chunk = std::max<uint64_t>(1, ceil_div(total, cores));
+  per_chunk = std::min<uint64_t>(per_chunk, units);
+  uint64_t width = std::min(per_chunk * quantum, round_up(out.cols, quantum));
+  width = std::max<uint64_t>(quantum,
+                             std::min(width, max_chunk / quantum * quantum));
+  std::vector<RowChunk> chunks;
   for (uint64_t r = 0; r < out.rows; ++r) {
-    for (uint64_t c = 0; c < out.cols; c += chunk) {
-      items.push_back({r, c, std::min(chunk, out.cols - c)});
+    for (uint64_t c = 0; c < out.cols; c += width) {
+      chunks.push_back({r, c, std::min(width, out.cols - c)});
     }
   }
-  return items;
+  return chunks;
 }
 
-// The result of one item, in the accumulator at `acc` (one element per out
-// column, `acc_dtype` elements apart), scaled and rounded into out's dtype,
-// then stored.
-void finish_item(CoreBuilder& core, const Matrix& out, const Item& item,
-                 uint32_t acc, rt::DType acc_t, uint32_t out_buf,
-                 double scale) {
-  rt::Vector v;
-  v.op = scale == 1 ? rt::VecOp::kCopy : rt::VecOp::kMul;
-  v.rows = 1;
-  v.cols = static_cast<uint32_t>(item.cols);
-  v.dst = spad_tile(out_buf, out.dtype, padded_row_bytes(item.cols, out.dtype));
-  v.src0 = spad_tile(acc, acc_t, padded_row_bytes(item.cols, acc_t));
-  v.src1_is_imm = true;
-  v.imm = scale;
-  core.emit(v);
-  core.store(out.tiles(1, item.row, 1, item.col0, item.cols, out_buf,
-                       padded_row_bytes(item.cols, out.dtype)));
+uint64_t widest_chunk(const std::vector<RowChunk>& chunks) {
+  uint64_t widest = 0;
+  for (const RowChunk& c : chunks) widest = std::max(widest, c.cols);
+  return widest;
 }
 
-// Assigns items to cores in contiguous runs.
-template <typename EmitItem>
-void distribute(ProgramBuilder& builder, const std::vector<Item>& items,
-                EmitItem&& emit_item) {
-  const Split split{items.size(), builder.num_cores(), 1};
+void for_each_chunk_on_cores(
+    ProgramBuilder& builder, const std::vector<RowChunk>& chunks,
+    const std::function<void(CoreBuilder&, const RowChunk&)>& emit) {
+  const Split split{chunks.size(), builder.num_cores(), 1};
   for (uint32_t c = 0; c < split.used_parts(); ++c) {
     CoreBuilder& core = builder.core(c);
     for (uint64_t i = split.begin(c); i < split.begin(c + 1); ++i) {
-      emit_item(core, items[i], i == split.begin(c));
+      emit(core, chunks[i]);
     }
   }
 }
 
-}  // namespace
+void store_chunk(CoreBuilder& core, const Matrix& out, uint32_t slot,
+                 const RowChunk& chunk, uint32_t acc, rt::DType acc_dtype,
+                 uint32_t staging, double scale) {
+  const uint32_t pitch = padded_row_bytes(chunk.cols, out.dtype);
+  rt::Vector v;
+  v.op = scale == 1 ? rt::VecOp::kCopy : rt::VecOp::kMul;
+  v.rows = 1;
+  v.cols = static_cast<uint32_t>(chunk.cols);
+  v.dst = spad_tile(staging, out.dtype, pitch);
+  v.src0 = spad_tile(acc, acc_dtype, padded_row_bytes(chunk.cols, acc_dtype));
+  v.src1_is_imm = true;
+  v.imm = scale;
+  core.emit(v);
+  core.store(
+      out.tiles(slot, chunk.row, 1, chunk.col0, chunk.cols, staging, pitch));
+}
 
 bool is_arg_reduction(ReduceOp op) {
   return op == ReduceOp::kArgMax || op == ReduceOp::kArgMin;
@@ -151,11 +147,8 @@ rt::Program build_reduce_along_sticks(const Matrix& in, const Matrix& out,
   const uint64_t eo = out.elements_per_stick();
   // Rows of one item: at most 512; columns of one tile: the whole row, or
   // halves of it (whole sticks) when it does not fit.
-  const std::vector<Item> items = work_items(out, eo, o.max_cores, 512);
-  const uint64_t max_rows =
-      std::max_element(items.begin(), items.end(), [](auto& a, auto& b) {
-        return a.cols < b.cols;
-      })->cols;
+  const std::vector<RowChunk> items = row_chunks(out, eo, o.max_cores, 512);
+  const uint64_t max_rows = widest_chunk(items);
   uint64_t tr = max_rows;
   uint64_t tc = round_up(in.cols, ei);
   auto need = [&](uint64_t r, uint64_t c) {
@@ -183,38 +176,43 @@ rt::Program build_reduce_along_sticks(const Matrix& in, const Matrix& out,
   };
   std::map<uint32_t, Bufs> bufs;
   std::map<uint32_t, int> parity;
-  distribute(builder, items, [&](CoreBuilder& core, const Item& item, bool) {
-    if (!bufs.count(core.core())) {
-      Bufs b{};
-      b.in[0] = core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
-      b.in[1] = core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
-      b.acc = core.reserve(static_cast<uint32_t>(max_rows * 8), "accumulator");
-      b.out = core.reserve(static_cast<uint32_t>(max_rows * 8), "output row");
-      bufs[core.core()] = b;
-    }
-    const Bufs& b = bufs[core.core()];
-    int& par = parity[core.core()];
-    const uint32_t acc_size = rt::element_size(acc_t);
-    for (uint64_t r0 = 0; r0 < item.cols; r0 += tr) {
-      const uint64_t nr = std::min(tr, item.cols - r0);
-      for (uint64_t c0 = 0; c0 < in.cols; c0 += tc) {
-        const uint64_t nc = std::min(tc, in.cols - c0);
-        core.load(in.tiles(0, item.row * out.cols + item.col0 + r0, nr, c0, nc,
-                           b.in[par], pitch));
-        rt::Reduce red;
-        red.op = device_op(op);
-        red.src = spad_tile(b.in[par], in.dtype, pitch);
-        red.dst = {b.acc + static_cast<uint32_t>(r0 * acc_size), acc_t,
-                   static_cast<int32_t>(acc_size), 0};
-        red.rows = static_cast<uint32_t>(nr);
-        red.cols = static_cast<uint32_t>(nc);
-        red.accumulate = c0 > 0;
-        core.emit(red);
-        par ^= 1;
-      }
-    }
-    finish_item(core, out, item, b.acc, acc_t, b.out, o.scale);
-  });
+  for_each_chunk_on_cores(
+      builder, items, [&](CoreBuilder& core, const RowChunk& item) {
+        if (!bufs.count(core.core())) {
+          Bufs b{};
+          b.in[0] =
+              core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
+          b.in[1] =
+              core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
+          b.acc =
+              core.reserve(static_cast<uint32_t>(max_rows * 8), "accumulator");
+          b.out =
+              core.reserve(static_cast<uint32_t>(max_rows * 8), "output row");
+          bufs[core.core()] = b;
+        }
+        const Bufs& b = bufs[core.core()];
+        int& par = parity[core.core()];
+        const uint32_t acc_size = rt::element_size(acc_t);
+        for (uint64_t r0 = 0; r0 < item.cols; r0 += tr) {
+          const uint64_t nr = std::min(tr, item.cols - r0);
+          for (uint64_t c0 = 0; c0 < in.cols; c0 += tc) {
+            const uint64_t nc = std::min(tc, in.cols - c0);
+            core.load(in.tiles(0, item.row * out.cols + item.col0 + r0, nr, c0,
+                               nc, b.in[par], pitch));
+            rt::Reduce red;
+            red.op = device_op(op);
+            red.src = spad_tile(b.in[par], in.dtype, pitch);
+            red.dst = {b.acc + static_cast<uint32_t>(r0 * acc_size), acc_t,
+                       static_cast<int32_t>(acc_size), 0};
+            red.rows = static_cast<uint32_t>(nr);
+            red.cols = static_cast<uint32_t>(nc);
+            red.accumulate = c0 > 0;
+            core.emit(red);
+            par ^= 1;
+          }
+        }
+        store_chunk(core, out, 1, item, b.acc, acc_t, b.out, o.scale);
+      });
   return std::move(builder).finish();
 }
 
@@ -234,11 +232,9 @@ rt::Program build_reduce_along_rows(const Matrix& in, const Matrix& out,
   const uint64_t ei = in.elements_per_stick();
   const uint64_t eo = out.elements_per_stick();
   const uint64_t quantum = std::lcm(ei, eo);
-  const std::vector<Item> items = work_items(out, quantum, o.max_cores, 512);
-  const uint64_t cc =
-      std::max_element(items.begin(), items.end(), [](auto& a, auto& b) {
-        return a.cols < b.cols;
-      })->cols;
+  const std::vector<RowChunk> items =
+      row_chunks(out, quantum, o.max_cores, 512);
+  const uint64_t cc = widest_chunk(items);
   const uint32_t pitch = padded_row_bytes(cc, in.dtype);
   const uint64_t fixed = 2 * rt::round_up_to_sticks(cc * 8);
   if (fixed + 2 * pitch > budget) {
@@ -258,35 +254,38 @@ rt::Program build_reduce_along_rows(const Matrix& in, const Matrix& out,
   };
   std::map<uint32_t, Bufs> bufs;
   std::map<uint32_t, int> parity;
-  distribute(builder, items, [&](CoreBuilder& core, const Item& item, bool) {
-    if (!bufs.count(core.core())) {
-      Bufs b{};
-      b.in[0] = core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
-      b.in[1] = core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
-      b.acc = core.reserve(static_cast<uint32_t>(cc * 8), "accumulator");
-      b.out = core.reserve(static_cast<uint32_t>(cc * 8), "output row");
-      bufs[core.core()] = b;
-    }
-    const Bufs& b = bufs[core.core()];
-    int& par = parity[core.core()];
-    const uint32_t acc_size = rt::element_size(acc_t);
-    for (uint64_t r0 = 0; r0 < reduced; r0 += tr) {
-      const uint64_t nr = std::min(tr, reduced - r0);
-      core.load(in.tiles(0, item.row * reduced + r0, nr, item.col0, item.cols,
-                         b.in[par], pitch));
-      rt::Reduce red;
-      red.op = device_op(op);
-      // The tile read transposed: each column becomes a row to reduce.
-      red.src = transposed(spad_tile(b.in[par], in.dtype, pitch));
-      red.dst = {b.acc, acc_t, static_cast<int32_t>(acc_size), 0};
-      red.rows = static_cast<uint32_t>(item.cols);
-      red.cols = static_cast<uint32_t>(nr);
-      red.accumulate = r0 > 0;
-      core.emit(red);
-      par ^= 1;
-    }
-    finish_item(core, out, item, b.acc, acc_t, b.out, o.scale);
-  });
+  for_each_chunk_on_cores(
+      builder, items, [&](CoreBuilder& core, const RowChunk& item) {
+        if (!bufs.count(core.core())) {
+          Bufs b{};
+          b.in[0] =
+              core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
+          b.in[1] =
+              core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
+          b.acc = core.reserve(static_cast<uint32_t>(cc * 8), "accumulator");
+          b.out = core.reserve(static_cast<uint32_t>(cc * 8), "output row");
+          bufs[core.core()] = b;
+        }
+        const Bufs& b = bufs[core.core()];
+        int& par = parity[core.core()];
+        const uint32_t acc_size = rt::element_size(acc_t);
+        for (uint64_t r0 = 0; r0 < reduced; r0 += tr) {
+          const uint64_t nr = std::min(tr, reduced - r0);
+          core.load(in.tiles(0, item.row * reduced + r0, nr, item.col0,
+                             item.cols, b.in[par], pitch));
+          rt::Reduce red;
+          red.op = device_op(op);
+          // The tile read transposed: each column becomes a row to reduce.
+          red.src = transposed(spad_tile(b.in[par], in.dtype, pitch));
+          red.dst = {b.acc, acc_t, static_cast<int32_t>(acc_size), 0};
+          red.rows = static_cast<uint32_t>(item.cols);
+          red.cols = static_cast<uint32_t>(nr);
+          red.accumulate = r0 > 0;
+          core.emit(red);
+          par ^= 1;
+        }
+        store_chunk(core, out, 1, item, b.acc, acc_t, b.out, o.scale);
+      });
   return std::move(builder).finish();
 }
 

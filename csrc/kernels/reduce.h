@@ -14,8 +14,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "kernels/matrix.h"
+#include "kernels/program_builder.h"
 #include "spyre/runtime/program.h"
 
 namespace spyre::kernels {
@@ -42,5 +45,26 @@ rt::Program build_reduce_along_sticks(const Matrix& in, const Matrix& out,
 // in's innermost row dimension (the one reduced), and out.cols == in.cols.
 rt::Program build_reduce_along_rows(const Matrix& in, const Matrix& out,
                                     ReduceOp op, const ReduceOptions& options);
+
+// Shared by the row-wise kernels (reductions, norms): a work item is one
+// output row's column chunk [col0, col0 + cols) of whole sticks.
+struct RowChunk {
+  uint64_t row, col0, cols;
+};
+// Chunks of `out` (multiples of `quantum` columns, at most `max_chunk`) cut
+// so that the work spreads over `cores`.
+std::vector<RowChunk> row_chunks(const Matrix& out, uint64_t quantum,
+                                 uint32_t cores, uint64_t max_chunk);
+uint64_t widest_chunk(const std::vector<RowChunk>& chunks);
+// Gives each used core a contiguous run of chunks, in order.
+void for_each_chunk_on_cores(
+    ProgramBuilder& builder, const std::vector<RowChunk>& chunks,
+    const std::function<void(CoreBuilder&, const RowChunk&)>& emit);
+// Rounds chunk.cols values of `acc_dtype` at scratchpad `acc` (times
+// `scale`) into out's dtype at `staging`, and stores them as the chunk of
+// out (argument `slot`).
+void store_chunk(CoreBuilder& core, const Matrix& out, uint32_t slot,
+                 const RowChunk& chunk, uint32_t acc, rt::DType acc_dtype,
+                 uint32_t staging, double scale = 1);
 
 }  // namespace spyre::kernels

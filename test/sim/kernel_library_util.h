@@ -19,16 +19,22 @@ namespace spyre::sim::test {
 // Byte offset of element (r, c) of batch `batch` of `m`.
 inline uint64_t element_offset(const kernels::Matrix& m, uint64_t batch,
                                uint64_t r, uint64_t c) {
-  const kernels::Matrix s = m.strided_form(batch);
-  int64_t addr = static_cast<int64_t>(s.offset);
-  for (auto it = s.row_dims.rbegin(); it != s.row_dims.rend(); ++it) {
+  const uint64_t e = m.elements_per_stick();
+  const uint64_t in_stick = (c % e) * rt::element_size(m.dtype);
+  const uint64_t base = m.batch_offset(batch);
+  if (m.kind == kernels::MatrixKind::kRowMajor) {
+    return base + r * m.pitch() + (c / e) * rt::kStickBytes + in_stick;
+  }
+  if (m.kind == kernels::MatrixKind::kStickColumns) {
+    return base + ((c / e) * m.rows + r) * rt::kStickBytes + in_stick;
+  }
+  int64_t addr = static_cast<int64_t>(base + m.offset);
+  for (auto it = m.row_dims.rbegin(); it != m.row_dims.rend(); ++it) {
     addr += static_cast<int64_t>(r % it->size) * it->stride;
     r /= it->size;
   }
-  const uint64_t e = m.elements_per_stick();
-  addr += static_cast<int64_t>(c / e) * s.stick_stride +
-          static_cast<int64_t>((c % e) * rt::element_size(m.dtype));
-  return static_cast<uint64_t>(addr);
+  addr += static_cast<int64_t>(c / e) * m.stick_stride;
+  return static_cast<uint64_t>(addr) + in_stick;
 }
 
 // A host image of one argument slot (bytes as on the device).

@@ -105,8 +105,8 @@ TEST_P(MatmulBuilder, StickColumnsOddSizes) {
 
 TEST_P(MatmulBuilder, RowMajorSeveralKTiles) {
   const DType t = GetParam();
-  check_matmul({Matrix::row_major(70, 600, t), Matrix::row_major(600, 130, t),
-                Matrix::row_major(70, 130, t)});
+  check_matmul({Matrix::row_major(40, 300, t), Matrix::row_major(300, 70, t),
+                Matrix::row_major(40, 70, t)});
 }
 
 TEST_P(MatmulBuilder, TransposedB) {
