@@ -161,8 +161,7 @@ rt::Program build_softmax(const Matrix& in, const Matrix& out,
     b.work_pitch = padded_row_bytes(in.cols, kF32);
     if (resident) {
       b.in[0] = b.in[1] = core.reserve(nr * b.in_pitch, "resident input");
-      core.emit(
-          rt::DmaLoad{in.tile(0, r0, nr, 0, in.cols, b.in[0], b.in_pitch)});
+      core.load(in.tiles(0, r0, nr, 0, in.cols, b.in[0], b.in_pitch));
     } else {
       b.in[0] = core.reserve(tr * b.in_pitch, "input tile");
       b.in[1] = core.reserve(tr * b.in_pitch, "input tile");
@@ -177,19 +176,16 @@ rt::Program build_softmax(const Matrix& in, const Matrix& out,
                               ? b.in[0] + static_cast<uint32_t>(t * b.in_pitch)
                               : b.in[parity];
       if (!resident) {
-        core.emit(
-            rt::DmaLoad{in.tile(0, r0 + t, n, 0, in.cols, at, b.in_pitch)});
+        core.load(in.tiles(0, r0 + t, n, 0, in.cols, at, b.in_pitch));
       }
       emit_tile_math(core, b, at, in, out, n, o, c * stats_region);
       if (!resident) {
-        core.emit(
-            rt::DmaStore{out.tile(1, r0 + t, n, 0, out.cols, at, b.in_pitch)});
+        core.store(out.tiles(1, r0 + t, n, 0, out.cols, at, b.in_pitch));
       }
       parity ^= 1;
     }
     if (resident) {
-      core.emit(
-          rt::DmaStore{out.tile(1, r0, nr, 0, out.cols, b.in[0], b.in_pitch)});
+      core.store(out.tiles(1, r0, nr, 0, out.cols, b.in[0], b.in_pitch));
     }
   }
   return std::move(builder).finish();
