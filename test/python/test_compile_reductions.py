@@ -69,3 +69,16 @@ def test_argmax():
 ], ids=["sum_all", "mean_12", "amax_02", "var_12", "mse"])
 def test_reduction_over_several_dims(fn):
     compile_and_compare(fn, torch.randn(6, 33, 70, dtype=h), tol=REDUCTION_TOL)
+
+
+@pytest.mark.parametrize("op", ["sum", "amax", "amin"])
+def test_full_reduction_spreads_over_cores_and_combines_on_the_ring(op):
+    from torch_spyre._inductor import scheduling
+    scheduling.compiled_kernels.clear()
+    x = torch.randn(256, 33, 70, dtype=h)
+    with torch._inductor.config.patch(force_disable_caches=True):
+        compile_and_compare(lambda a: getattr(a, op)(), x, tol=dict(atol=0.5, rtol=1e-2),
+                            expect_kernels=1)
+    (info,) = scheduling.compiled_kernels.values()
+    assert info["cores"] == 32 and info["cross_core_reduction"]
+    assert torch.spyre.last_launch_stats()["ring_bytes"] > 0

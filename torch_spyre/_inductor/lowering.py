@@ -427,6 +427,9 @@ class Emitter:
         self.R_alloc = 1
         self.K_alloc = 1
         self._welford = {}
+        # cross-core reduction: (this core's range of the first red-outer
+        # var, the cores taking part in order); core 0 combines and stores
+        self.ring_split = None
 
     # -- instruction helpers --
     def _vec(self, op, dst: Tile, srcs, rows, cols, imm=None, imm2=0.0):
@@ -506,6 +509,15 @@ class Emitter:
                         release(a.value)
             return tiles[id(v)]
 
+        try:
+            self._emit_nodes(ev, kept, refs, release, fixed, r0, R, R_alloc, K)
+        except _PartialSent:
+            pass  # a helper core of a cross-core reduction is done
+        for t in kept.values():
+            self._free(t)
+
+    def _emit_nodes(self, ev, kept, refs, release, fixed, r0, R, R_alloc, K):
+        plan = self.plan
         for node_i, node in enumerate(plan.nodes):
             for st in node.stores:
                 t = ev(st.value, node_i)
@@ -516,8 +528,6 @@ class Emitter:
                 if st.buffer in plan.stored:
                     self._store(st, node_i, t, fixed, r0, R, R_alloc, K)
                 release(st.value)
-        for t in kept.values():
-            self._free(t)
 
     def _use_counts(self):
         counts = {}
@@ -662,6 +672,34 @@ class Emitter:
         self._reduce(REDUCE[rt], dst, x, rows, K)
         return dst
 
+    def _combine_across_cores(self, op, partial: Tile) -> Tile:
+        """Helper cores send their one-element partial to the first core over
+        the ring and stop; the first core gathers and reduces them."""
+        _, cores = self.ring_split
+        me = self.core_id
+        if me != cores[0]:
+            self._ring_send(channel=me, dst_core=cores[0], tile=partial)
+            raise _PartialSent()
+        nbytes = STICK_BYTES * len(cores)  # one stick per core: aligned receives
+        off = self.alloc.alloc(nbytes)
+        gathered = Tile(off, torch.float32, 0, STICK_BYTES, False, True, (off, nbytes))
+        self._vec(VecOp.copy, Tile(off, torch.float32, 0, 0, False, False), [partial], 1, 1)
+        for i, c in enumerate(cores[1:], start=1):
+            self.instructions += 1
+            if self.spec is not None:
+                self.spec.ring_recv(self.core, channel=c, src_core=c,
+                                    spad=self.region + off + i * STICK_BYTES, bytes=4)
+        out = self._new_tile(torch.float32, False, False, 1, 1)
+        self._reduce(op, out, gathered, 1, len(cores))
+        self._free(gathered)
+        return out
+
+    def _ring_send(self, channel, dst_core, tile: Tile):
+        self.instructions += 1
+        if self.spec is not None:
+            self.spec.ring_send(self.core, channel=channel, dst_core=dst_core,
+                                spad=self.region + tile.offset, bytes=4)
+
     def _reduce(self, op, dst: Tile, src: Tile, rows, cols, accumulate=False):
         self.instructions += 1
         if self.spec is not None:
@@ -672,8 +710,11 @@ class Emitter:
         """A reduction over several dims: the col dim inside each Reduce, the
         others (red-outer) walked here, accumulating into one result."""
         space = self.plan.node_spaces[node_i]
-        combos = list(itertools.product(*[range(n) for _, n in space.red_outer]))
-        count = float(K * len(combos))
+        ranges = [range(n) for _, n in space.red_outer]
+        count = float(K * math.prod(n for _, n in space.red_outer))
+        if self.ring_split is not None:
+            ranges[0] = range(*self.ring_split[0])
+        combos = list(itertools.product(*ranges))
         kept_ids = {id(t) for t in kept.values()}
 
         def evaluate(combo):
@@ -708,7 +749,10 @@ class Emitter:
         rt = red.reduction_type
         simple = {"sum": RedOp.sum, "max": RedOp.max, "min": RedOp.min, "prod": RedOp.prod}
         if rt in simple:
-            return fold(simple[rt], None)
+            partial = fold(simple[rt], None)
+            if self.ring_split is None:
+                return partial
+            return self._combine_across_cores(simple[rt], partial)
         if rt == "welford_reduce":
             cache = self._welford.setdefault(id(red.value), {})
             if not cache:
@@ -797,6 +841,10 @@ class Emitter:
         self.alloc.free(off, nbytes)
 
 
+class _PartialSent(Exception):
+    """A helper core of a cross-core reduction has sent its partial."""
+
+
 def _C_arity(op) -> int:
     if op in (VecOp.fill, VecOp.iota):
         return 0
@@ -829,6 +877,48 @@ def _row_quantum(plan: KernelPlan) -> int:
         if m is not None and m.dim == lay.rank - 1 and m.step % lay.per_stick != 0:
             q = max(q, lay.per_stick)
     return q
+
+
+def _ring_cores(plan: KernelPlan, num_cores: int) -> int:
+    """Cores a full reduction (no kept dims) spreads its first reduced dim
+    over, combining partials over the ring; 1 when it runs on one core."""
+    space = plan.space
+    if space.outer or space.row or len(plan.nodes) != 1 or not plan.nodes[0].is_reduction:
+        return 1
+    red_outer = plan.node_spaces[0].red_outer
+    if not red_outer:
+        return 1
+    reductions = [v for v in _walk(plan.nodes[0].stores[0].value, set()) if v.op == "reduction"]
+    if len(plan.nodes[0].stores) != 1 or len(reductions) != 1 or \
+            reductions[0].args[0].reduction_type not in ("sum", "max", "min", "prod"):
+        return 1
+    return min(num_cores, red_outer[0][1])
+
+
+def _lower_ring_reduction(plan, spec, slots, arg_names, ncores, budget, device_cores,
+                          scratchpad_bytes):
+    n0 = plan.node_spaces[0].red_outer[0][1]
+    cores = list(range(ncores))
+    peak = 0
+    for core in cores:
+        lo, hi = core * n0 // ncores, (core + 1) * n0 // ncores
+        for dry in (True, False):
+            alloc = RegionAllocator()
+            em = Emitter(plan, slots, None if dry else spec,
+                         None if dry else spec.add_core(core, max(STICK_BYTES, peak)), 0, alloc)
+            em.core_id = core
+            em.ring_split = ((lo, hi), cores)
+            em.block({}, 0, 1, 1)
+            if dry:
+                peak = alloc.peak
+                if peak > budget:
+                    raise SpyreKernelTooLarge(f"{plan.name}: a reduction block needs {peak} "
+                                              f"bytes of scratchpad, {budget} available")
+    spec.validate(device_cores, scratchpad_bytes)
+    info = dict(cores=ncores, blocks=ncores, rows_per_block=1, region_bytes=peak,
+                double_buffered=False, instructions=spec.instruction_count,
+                cross_core_reduction=True)
+    return spec, arg_names, info
 
 
 def _region_bytes(plan: KernelPlan, slots: dict, R: int) -> int:
@@ -883,6 +973,10 @@ def lower_kernel(plan: KernelPlan, num_cores: int = NUM_CORES,
                 "without splitting its reduced/column dim")
         rc = max(q, -(-(rc // 2) // q) * q) if q > 1 else max(1, rc // 2)
     region = need
+    ring_cores = _ring_cores(plan, num_cores)
+    if ring_cores > 1:
+        return _lower_ring_reduction(plan, spec, slots, arg_names, ring_cores, budget,
+                                     device_cores, scratchpad_bytes)
     units = []
     import itertools
     outer_ranges = [range(n) for _, n in space.outer]
