@@ -15,7 +15,20 @@ always uses the default one).
 
 import warnings
 
-import torch
+
+def _autoload():
+    """Entry point torch calls at import (group ``torch.backends``).
+
+    Defined before ``import torch``: when this package is imported first
+    (``python -m torch_spyre.testing``), importing torch calls this while the
+    package is half initialised; then the last line of this file registers.
+    """
+    register = globals().get("_register")
+    if register is not None:
+        register()
+
+
+import torch  # noqa: E402
 
 try:
     from . import _C
@@ -64,11 +77,6 @@ def _register():
     from . import _layout
     torch.Tensor.device_tensor_layout = _layout.device_tensor_layout
     _registered = True
-
-
-def _autoload():
-    """Entry point torch calls at import (group ``torch.backends``)."""
-    _register()
 
 
 _register()

@@ -1,0 +1,144 @@
+"""`python -m torch_spyre.testing` (also the `spyre-relay` console script).
+
+  validate CONFIG                      check a relay YAML file
+  native-ops                           list the OpInfos that run natively on spyre
+  select   --config C [change input]   print what a change selects, and why
+  run      --config C [change input] [--report-dir D] [-- pytest args]
+
+Change input (any mix; none selects the full set):
+  --diff FILE|-          a unified diff (git diff) of PyTorch or this project
+  --changed-files F...   changed paths; --changed-files-from FILE: one per line
+  --changed-ops OP,...   changed ops (OpInfo names)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+from .config import ConfigError, load_config
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="python -m torch_spyre.testing",
+                                description="Relay PyTorch's own tests to the spyre device.")
+    sub = p.add_subparsers(required=True, metavar="command")
+
+    v = sub.add_parser("validate", help="validate a relay YAML file")
+    v.add_argument("config")
+    v.set_defaults(func=_validate)
+
+    n = sub.add_parser("native-ops", help="list the OpInfos with a native spyre kernel")
+    n.set_defaults(func=_native_ops)
+
+    for name, func, help_text in (("select", _select, "show what a change selects, and why"),
+                                  ("run", _run, "run the relay and write its reports")):
+        c = sub.add_parser(name, help=help_text)
+        c.add_argument("--config", required=True)
+        c.add_argument("--diff", help="unified diff file, or - for stdin")
+        c.add_argument("--changed-files", nargs="*", default=[])
+        c.add_argument("--changed-files-from", help="file with one changed path per line")
+        c.add_argument("--changed-ops", default="", help="comma-separated OpInfo names")
+        c.set_defaults(func=func)
+    r = sub.choices["run"]
+    r.add_argument("--report-dir", default="test-results")
+    r.add_argument("--name", default="relay", help="report file stem (default: relay)")
+    r.add_argument("pytest_args", nargs=argparse.REMAINDER,
+                   help="after --: extra pytest arguments")
+    sub.choices["select"].add_argument("--json", action="store_true")
+    return p
+
+
+def _validate(args):
+    config = load_config(args.config)
+    print(f"{args.config}: valid ({len(config.files)} file entries, "
+          f"sha256 {config.sha256[:12]})")
+    for entry, tokens in config.inactive_entries():
+        print(f"  line {entry.line}: {entry.path} inactive until "
+              f"{', '.join(tokens)} is set")
+    return 0
+
+
+def _native_ops(args):
+    from .native_ops import native_opinfos
+    for _, native in native_opinfos():
+        print(f"{native.full_name:40s} {native.why}")
+    return 0
+
+
+def _selection(args, config):
+    from .selection import parse_diff, parse_file_list, select
+    changes = []
+    if args.diff:
+        text = sys.stdin.read() if args.diff == "-" else open(args.diff).read()
+        changes += parse_diff(text)
+    paths = list(args.changed_files)
+    if args.changed_files_from:
+        with open(args.changed_files_from) as f:
+            paths += f.read().splitlines()
+    changes += parse_file_list(paths)
+    ops = [o.strip() for o in args.changed_ops.split(",") if o.strip()]
+    return select(changes, ops, config)
+
+
+def _select(args):
+    config = load_config(args.config)
+    selection = _selection(args, config)
+    if args.json:
+        print(json.dumps(selection.to_json(), indent=1))
+    else:
+        print("\n".join(selection.describe()))
+    return 0
+
+
+def _run(args):
+    config = load_config(args.config)
+    selection = _selection(args, config)
+    os.makedirs(args.report_dir, exist_ok=True)
+    stem = os.path.join(args.report_dir, args.name)
+    selection_path = f"{stem}-selection.json"
+    with open(selection_path, "w") as f:
+        json.dump(selection.to_json(), f, indent=1)
+    files = sorted({path for _, paths in config.active_files() for path in paths})
+    for entry, tokens in config.inactive_entries():
+        print(f"relay: {entry.path} (line {entry.line}) inactive: {', '.join(tokens)} unset")
+    if not files:
+        print("relay: the config names no existing test file", file=sys.stderr)
+        return 2
+    extra = [a for a in args.pytest_args if a != "--"]
+    command = [sys.executable, "-m", "pytest", "-p", "torch_spyre.testing.plugin",
+               "-p", "no:cacheprovider", "-q", "-rfE",
+               f"--relay-config={os.path.abspath(args.config)}",
+               f"--relay-summary={stem}-summary.json",
+               f"--relay-selection={selection_path}",
+               f"--junitxml={stem}-junit.xml", "-o", "junit_family=xunit1",
+               *extra, *files]
+    env = dict(os.environ)
+    # Only the spyre base instantiates (RFC 1287 §11); CPU runs as the reference.
+    env["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "privateuse1"
+    print("relay: " + "\n relay: ".join(selection.describe()))
+    started = time.time()
+    status = subprocess.call(command, env=env)
+    if status == 5:  # pytest: nothing collected, i.e. the selection is empty
+        print("relay: no test selected")
+        status = 0
+    print(f"relay: {time.time() - started:.1f} s, summary {stem}-summary.json, "
+          f"JUnit {stem}-junit.xml")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The relay's pytest plugin: `pytest -p torch_spyre.testing.plugin`.
+
+Before collection it loads the relay config (--relay-config, or the RFC's
+PYTORCH_TEST_CONFIG variable) and installs SpyreTestBase, so test files that
+call instantiate_device_type_tests generate spyre variants shaped by the
+config. At collection it applies the selection (--relay-selection), each
+variant's mode (skip / xfail / strict xfail / mandatory success) as pytest
+marks, the config's tags and the RFC's op__/dtype__/module__ marks. After the
+run it writes the JSON summary (--relay-summary); JUnit XML comes from
+pytest's own --junitxml, with op/dtype/mode as test-case properties.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from . import records
+from .report import Outcome, build_summary, write_json
+from .selection import Selection
+
+_RELAY = pytest.StashKey[dict]()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("spyre relay")
+    group.addoption("--relay-config", default=os.environ.get("PYTORCH_TEST_CONFIG"),
+                    help="relay YAML config (default: $PYTORCH_TEST_CONFIG)")
+    group.addoption("--relay-summary", default=None, help="write the JSON summary here")
+    group.addoption("--relay-selection", default=None,
+                    help="JSON selection written by `python -m torch_spyre.testing select`")
+
+
+class RelayPlugin:
+    def __init__(self, config_path, summary_path, selection):
+        from .config import load_config
+        from .device_type import install, set_active_config
+
+        self.config = load_config(config_path) if config_path else None
+        self.summary_path = summary_path
+        self.selection = selection
+        self.outcomes: dict[str, Outcome] = {}
+        self.started = time.time()
+        set_active_config(self.config)
+        install()
+
+    # ---- collection --------------------------------------------------------
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session, config, items):
+        kept, deselected = [], []
+        for item in items:
+            info = _variant(item)
+            why_selected = self.selection.why(str(item.path), info)
+            if why_selected is None:
+                deselected.append(item)
+                continue
+            policy = self._policy(item, info)
+            item.stash[_RELAY] = {"info": info, "policy": policy, "selected": why_selected}
+            _apply(item, policy, info, config)
+            kept.append(item)
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = kept
+
+    def _policy(self, item, info):
+        from .config import VariantPolicy
+        if self.config is None:
+            return VariantPolicy("mandatory_success", [], "no relay config")
+        return self.config.policy(str(item.path), item.cls.__name__ if item.cls else "",
+                                  item.name, op=info.get("op"), dtype=info.get("dtype"))
+
+    # ---- running -----------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        records.take()
+        try:
+            return (yield)
+        finally:
+            item.stash.setdefault(_RELAY, {})["counts"] = records.take()
+
+    def pytest_runtest_logreport(self, report):
+        outcome = self.outcomes.get(report.nodeid)
+        if outcome is None:
+            outcome = self.outcomes[report.nodeid] = Outcome(report.nodeid)
+        outcome.add(report)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        report = yield
+        relay = item.stash.get(_RELAY, None)
+        if relay is not None:
+            outcome = self.outcomes.setdefault(report.nodeid, Outcome(report.nodeid))
+            outcome.describe(item, relay)
+            if call.when == "call":
+                for key, value in relay.get("counts", {}).items():
+                    item.user_properties.append((key, value))
+        return report
+
+    # ---- summary -----------------------------------------------------------
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if not self.summary_path:
+            return
+        from .device_type import removed_variants
+        summary = build_summary(self.outcomes.values(), config=self.config,
+                                selection=self.selection, removed=removed_variants,
+                                wall_seconds=time.time() - self.started,
+                                exit_status=int(exitstatus))
+        write_json(self.summary_path, summary)
+
+
+def _variant(item):
+    fn = getattr(item.cls, item.name, None) if item.cls is not None else None
+    return dict(getattr(fn, "relay_variant", None) or {})
+
+
+def _marker_name(prefix, value):
+    return prefix + "".join(c if c.isalnum() else "_" for c in value)
+
+
+def _apply(item, policy, info, config):
+    reason = f"relay mode {policy.mode}: {policy.why}"
+    if policy.mode == "skip":
+        item.add_marker(pytest.mark.skip(reason=reason))
+    elif policy.mode in ("xfail", "xfail_strict"):
+        item.add_marker(pytest.mark.xfail(reason=reason, strict=policy.mode == "xfail_strict"))
+    marks = list(policy.tags)
+    if info.get("op"):
+        marks.append(_marker_name("op__", info["op"]["full_name"]))
+    if info.get("dtype"):
+        marks.append(_marker_name("dtype__", info["dtype"]))
+    if info.get("module"):
+        marks.append(_marker_name("module__", info["module"].removeprefix("torch.")))
+    for name in marks:
+        config.addinivalue_line("markers", f"{name}: added by the spyre relay")
+        item.add_marker(getattr(pytest.mark, name))
+    item.user_properties.append(("mode", policy.mode))
+    for key in ("dtype", "module"):
+        if info.get(key):
+            item.user_properties.append((key, info[key]))
+    if info.get("op"):
+        item.user_properties.append(("op", info["op"]["full_name"]))
+    if policy.tags:
+        item.user_properties.append(("tags", ",".join(policy.tags)))
+
+
+def pytest_configure(config):
+    from .config import ConfigError
+    try:
+        selection = Selection.load(config.getoption("--relay-selection"))
+        plugin = RelayPlugin(config.getoption("--relay-config"),
+                             config.getoption("--relay-summary"), selection)
+    except ConfigError as error:
+        raise pytest.UsageError(f"spyre relay config: {error}") from None
+    config.pluginmanager.register(plugin, "spyre-relay")

@@ -1,0 +1,165 @@
+"""The relay's JSON summary (a dashboard reads it; JUnit XML comes from pytest).
+
+Outcomes per test: passed, failed (including errors and the unexpected pass
+of a strict xfail), xfailed, xpassed (unexpected pass of a plain xfail) and
+skipped. The summary groups them per file, per op and per module, with
+durations, sample counts, the config's sha256 and the torch version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections import defaultdict
+
+OUTCOMES = ("passed", "failed", "xfailed", "xpassed", "skipped")
+SCHEMA = "torch_spyre.relay.summary/1"
+
+
+class Outcome:
+    """One test's outcome, assembled from its setup/call/teardown reports."""
+
+    def __init__(self, nodeid):
+        self.nodeid = nodeid
+        self.outcome = None
+        self.duration = 0.0
+        self.message = ""
+        self.file = self.class_name = self.name = ""
+        self.info, self.mode, self.why_mode, self.why_selected = {}, None, "", ""
+        self.counts = {}
+
+    def describe(self, item, relay):
+        self.file = _display_path(str(item.path))
+        self.class_name = item.cls.__name__ if item.cls is not None else ""
+        self.name = item.name
+        self.info = relay.get("info", {})
+        policy = relay.get("policy")
+        if policy is not None:
+            self.mode, self.why_mode = policy.mode, policy.why
+        self.why_selected = relay.get("selected", "")
+        self.counts = relay.get("counts", self.counts)
+
+    def add(self, report):
+        self.duration += report.duration
+        xfail = hasattr(report, "wasxfail")
+        if report.failed:
+            strict_xpass = report.when == "call" and "XPASS(strict)" in str(report.longrepr)
+            self._set("failed", "unexpected pass of a strict xfail" if strict_xpass
+                      else _first_line(report))
+        elif report.skipped:
+            self._set("xfailed" if xfail else "skipped",
+                      report.wasxfail if xfail else _skip_reason(report))
+        elif report.when == "call":
+            self._set("xpassed" if xfail else "passed", "")
+
+    def _set(self, outcome, message):
+        if self.outcome == "failed":
+            return  # a failure in any phase stands
+        self.outcome, self.message = outcome, message
+
+    def record(self):
+        op = self.info.get("op") or {}
+        return {"nodeid": self.nodeid, "file": self.file, "class": self.class_name,
+                "name": self.name, "op": op.get("full_name"), "dtype": self.info.get("dtype"),
+                "module": self.info.get("module"), "mode": self.mode,
+                "outcome": self.outcome or "skipped", "duration_s": round(self.duration, 4),
+                "samples": self.counts.get("samples", 0), "message": self.message,
+                "why_mode": self.why_mode, "why_selected": self.why_selected}
+
+
+def _first_line(report):
+    text = getattr(report, "longreprtext", "") or str(report.longrepr)
+    errors = [line[2:].strip() for line in text.splitlines() if line.startswith("E ")]
+    lines = errors or text.strip().splitlines()[-1:] or [""]
+    return lines[0][:500]
+
+
+def _skip_reason(report):
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _display_path(path):
+    from .config import SUITES_DIR
+    suites = str(SUITES_DIR)
+    if path.startswith(suites + os.sep):
+        return "${SPYRE_SUITES}/" + os.path.relpath(path, suites)
+    root = os.environ.get("PYTORCH_ROOT")
+    if root and path.startswith(os.path.abspath(root) + os.sep):
+        return "${TORCH_ROOT}/" + os.path.relpath(path, os.path.abspath(root))
+    return path
+
+
+def _empty_counts():
+    return {**{k: 0 for k in OUTCOMES}, "tests": 0, "samples": 0, "duration_s": 0.0}
+
+
+def _add(counts, rec):
+    counts[rec["outcome"]] += 1
+    counts["tests"] += 1
+    counts["samples"] += rec["samples"]
+    counts["duration_s"] = round(counts["duration_s"] + rec["duration_s"], 4)
+
+
+def build_summary(outcomes, *, config, selection, removed, wall_seconds, exit_status):
+    import torch
+
+    records = sorted((o.record() for o in outcomes), key=lambda r: r["nodeid"])
+    totals, per_file = _empty_counts(), defaultdict(_empty_counts)
+    per_op, per_module = defaultdict(_empty_counts), defaultdict(_empty_counts)
+    op_dtypes = defaultdict(set)
+    for rec in records:
+        _add(totals, rec)
+        _add(per_file[rec["file"]], rec)
+        if rec["op"]:
+            _add(per_op[rec["op"]], rec)
+            if rec["dtype"]:
+                op_dtypes[rec["op"]].add(rec["dtype"])
+        if rec["module"]:
+            _add(per_module[rec["module"]], rec)
+    for op, dtypes in op_dtypes.items():
+        per_op[op]["dtypes"] = sorted(dtypes)
+    return {
+        "schema": SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "torch_version": torch.__version__,
+        "torch_spyre_version": _package_version(),
+        "python": platform.python_version(),
+        "config": None if config is None else {"path": config.source, "sha256": config.sha256},
+        "exit_status": exit_status,
+        "ok": exit_status == 0 and totals["failed"] == 0,
+        "wall_seconds": round(wall_seconds, 3),
+        "totals": totals,
+        "files": dict(sorted(per_file.items())),
+        "ops": dict(sorted(per_op.items())),
+        "modules": dict(sorted(per_module.items())),
+        "failures": [r for r in records if r["outcome"] == "failed"],
+        "selection": selection.to_json() if selection is not None else None,
+        "removed_by_config": [{"file": _display_path(f), "class": c, "name": n, "why": w}
+                              for f, c, n, w in removed],
+        "inactive_config_entries": [] if config is None else [
+            {"path": e.path, "line": e.line, "unset": tokens}
+            for e, tokens in config.inactive_entries()],
+        "tests": records,
+    }
+
+
+def _package_version():
+    try:
+        from importlib.metadata import version
+        return version("torch_spyre")
+    except Exception:
+        return None
+
+
+def write_json(path, data):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, path)
