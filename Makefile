@@ -2,7 +2,8 @@
 # fresh machine `make run` and `make test` are all a user types.
 #   make run     set up, build, run the main job on the emulated device
 #   make test    set up, build, run every test (format, GoogleTest, pytest,
-#                and the C++ tests under ASan+UBSan and TSan)
+#                the upstream test relay, and the C++ tests under ASan+UBSan
+#                and TSan)
 #   make bench   run every benchmark; one JSON file each in bench-results/
 #   make asan / make tsan / make format / make format-check / make clean
 
@@ -13,7 +14,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DSPYRE_WERROR=ON
 SETUP_STAMP := $(BUILD_DIR)/.setup-done
 CXX_SOURCES = $(shell git ls-files '*.cpp' '*.h' 2>/dev/null)
 
-.PHONY: all setup build python run test test-cpp test-python bench asan tsan \
+.PHONY: all setup build python run test test-cpp test-python test-relay bench asan tsan \
         format format-check clean
 
 all: build
@@ -44,7 +45,13 @@ test-python: python
 	  $(PYTHON) -m pytest -q test/python; \
 	else echo "no Python tests yet"; fi
 
-test: format-check test-cpp test-python asan tsan
+# The upstream test relay with the project's config (docs/relay.md); its JSON
+# summary and JUnit XML are the CI artefacts in test-results/.
+test-relay: python
+	$(PYTHON) -m torch_spyre.testing run --config test/relay/spyre.yaml \
+	  --report-dir test-results
+
+test: format-check test-cpp test-python test-relay asan tsan
 
 # Sanitizer builds run the C++ tests only (the Python extension would need a
 # sanitized interpreter). Each keeps its own build directory.
@@ -73,4 +80,4 @@ format-check: setup
 	clang-format --dry-run -Werror $(CXX_SOURCES)
 
 clean:
-	rm -rf $(BUILD_DIR) build-asan build-tsan bench-results
+	rm -rf $(BUILD_DIR) build-asan build-tsan bench-results test-results

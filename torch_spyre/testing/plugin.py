@@ -109,8 +109,16 @@ class RelayPlugin:
         summary = build_summary(self.outcomes.values(), config=self.config,
                                 selection=self.selection, removed=removed_variants,
                                 wall_seconds=time.time() - self.started,
-                                exit_status=int(exitstatus))
+                                exit_status=int(exitstatus), native_ops=_native_ops_if_known())
         write_json(self.summary_path, summary)
+
+
+def _native_ops_if_known():
+    """The native OpInfos when this run computed them (never computes them)."""
+    from .native_ops import native_opinfos
+    if native_opinfos.cache_info().currsize == 0:
+        return None
+    return [{"op": n.full_name, "why": n.why} for _, n in native_opinfos()]
 
 
 def _variant(item):

@@ -105,7 +105,8 @@ def _add(counts, rec):
     counts["duration_s"] = round(counts["duration_s"] + rec["duration_s"], 4)
 
 
-def build_summary(outcomes, *, config, selection, removed, wall_seconds, exit_status):
+def build_summary(outcomes, *, config, selection, removed, wall_seconds, exit_status,
+                  native_ops=None):
     import torch
 
     records = sorted((o.record() for o in outcomes), key=lambda r: r["nodeid"])
@@ -138,6 +139,7 @@ def build_summary(outcomes, *, config, selection, removed, wall_seconds, exit_st
         "ops": dict(sorted(per_op.items())),
         "modules": dict(sorted(per_module.items())),
         "failures": [r for r in records if r["outcome"] == "failed"],
+        "native_ops": native_ops,
         "selection": selection.to_json() if selection is not None else None,
         "removed_by_config": [{"file": _display_path(f), "class": c, "name": n, "why": w}
                               for f, c, n, w in removed],
