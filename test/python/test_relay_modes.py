@@ -27,6 +27,7 @@ test_suite_config:
           mode: xfail
         - names: [TestFake::test_strict_but_passes]
           mode: xfail_strict
+        - names: [TestFake::test_crashes]
         - names: [TestFake::test_dtyped_.*]
           edits:
             dtypes:
@@ -72,6 +73,11 @@ class TestFake(TestCase):
 
     def test_strict_but_passes(self, device):
         self.assertEqual(torch.ones(3, device=device).cpu(), torch.ones(3))
+
+    def test_crashes(self, device):
+        import os
+        import signal
+        os.kill(os.getpid(), signal.SIGSEGV)  # as a broken kernel would
 
     def test_unlisted(self, device):
         self.fail("an unlisted test runs although unlisted_test_mode is skip")
@@ -125,7 +131,7 @@ def test_listed_unlisted_and_the_last_matching_entry(config):
     assert mode("test_op_abs_spyre_float16", _op("abs")) == "mandatory_success"
     assert mode("test_op_view_spyre_float16", _op("view")) == "skip"  # later entry wins
     policy = cfg.policy(path, "TestFake", "test_op_abs_spyre_float16", op=_op("abs"))
-    assert policy.tags == ["fake_model"] and "modes.yaml:15" in policy.why
+    assert policy.tags == ["fake_model"] and "modes.yaml:16" in policy.why
     assert cfg.policy("/elsewhere/test_x.py", "TestFake", "test_passes").mode == "skip"
 
 
@@ -155,7 +161,8 @@ def test_edits_and_global_filters(config):
     assert "supported_dtypes" in excluded("test_dtyped_spyre_bfloat16", dtype="bfloat16")
     assert excluded("test_dtyped_spyre_float32", dtype="float32") is None
     # include re-admits a dtype the global list leaves out
-    cfg.files[0].tests[3].edits.dtypes_include.add("bfloat16")
+    dtyped = next(t for t in cfg.files[0].tests if t.names[0][1].pattern == "test_dtyped_.*")
+    dtyped.edits.dtypes_include.add("bfloat16")
     assert excluded("test_dtyped_spyre_bfloat16", dtype="bfloat16") is None
     # native ops join supported_ops only with discover_native_ops
     assert excluded("test_other_spyre_float32", op=_op("neg"), dtype="float32",
@@ -205,10 +212,11 @@ def _run_relay(tmp_path, config_text, *pytest_args):
 def test_end_to_end_modes_on_an_upstream_file(tmp_path):
     """One relay run over the upstream-style file: every mode, the edits,
     force_xfail, tolerances and tags; the strict xfail that passes makes the
-    run fail (exit code 1) while the plain xfail that passes does not."""
+    run fail (exit code 1) while the plain xfail that passes does not; a test
+    that kills the process is recorded and the tests after it still run."""
     (tmp_path / "test").mkdir()
     config = CONFIG
-    for name in ("test_passes", "test_fails", "test_strict_but_passes"):
+    for name in ("test_passes", "test_fails", "test_strict_but_passes", "test_crashes"):
         config = config.replace(f"[TestFake::{name}]", f"[TestFake::{name}_.*]")
     result, summary, junit = _run_relay(tmp_path, config)
     outcomes = {t["name"]: (t["outcome"], t["mode"]) for t in summary["tests"]}
@@ -216,6 +224,7 @@ def test_end_to_end_modes_on_an_upstream_file(tmp_path):
         "test_passes_spyre": ("passed", "mandatory_success"),
         "test_fails_spyre": ("xfailed", "xfail"),
         "test_strict_but_passes_spyre": ("failed", "xfail_strict"),
+        "test_crashes_spyre": ("failed", "mandatory_success"),  # the tests after it ran
         "test_unlisted_spyre": ("skipped", "skip"),
         "test_dtyped_spyre_float32": ("passed", "mandatory_success"),  # the dtype left
         "test_op_abs_spyre_float16": ("passed", "mandatory_success"),  # edits.ops.include
@@ -227,9 +236,10 @@ def test_end_to_end_modes_on_an_upstream_file(tmp_path):
     }, result.stdout[-3000:]
     assert result.returncode == 1
     assert summary["ok"] is False and summary["exit_status"] == 1
-    [failure] = summary["failures"]
-    assert (failure["name"], failure["message"]) == ("test_strict_but_passes_spyre",
-                                                     "unexpected pass of a strict xfail")
+    assert {f["name"]: f["message"] for f in summary["failures"]} == {
+        "test_strict_but_passes_spyre": "unexpected pass of a strict xfail",
+        "test_crashes_spyre": "the test process died (SIGSEGV)"}
+    assert "test_crashes_spyre" in result.stdout and "killed the test process" in result.stdout
     removed = {r["name"]: r["why"] for r in summary["removed_by_config"]}
     assert removed["test_op_zero__spyre_float16"] == "op zero_ excluded by edits.ops.exclude"
     assert "supported_dtypes" in removed["test_dtyped_spyre_bfloat16"]
@@ -237,8 +247,8 @@ def test_end_to_end_modes_on_an_upstream_file(tmp_path):
     assert "not in global.supported_ops" in removed["test_op_neg_spyre_float32"]
     per_file = summary["files"]["${TORCH_ROOT}/test/test_fake_upstream.py"]
     assert {k: per_file[k] for k in ("passed", "failed", "xfailed", "xpassed", "skipped",
-                                      "tests")} == {"passed": 4, "failed": 1, "xfailed": 1,
-                                                    "xpassed": 2, "skipped": 3, "tests": 11}
+                                      "tests")} == {"passed": 4, "failed": 2, "xfailed": 1,
+                                                    "xpassed": 2, "skipped": 3, "tests": 12}
     assert summary["ops"]["clone"]["xpassed"] == 2
     assert summary["ops"]["clone"]["dtypes"] == ["float16", "float32"]
     properties = {c.get("name"): {p.get("name"): p.get("value") for p in c.iter("property")}
@@ -247,4 +257,4 @@ def test_end_to_end_modes_on_an_upstream_file(tmp_path):
     assert properties["test_op_clone_spyre_float16"]["mode"] == "xfail"
     assert properties["test_op_clone_spyre_float16"]["op"] == "clone"
     suite = junit if junit.tag == "testsuite" else junit.find("testsuite")
-    assert (suite.get("failures"), suite.get("tests")) == ("1", "11")
+    assert (suite.get("failures"), suite.get("tests")) == ("2", "12")

@@ -119,25 +119,66 @@ def _run(args):
         print("relay: the config names no existing test file", file=sys.stderr)
         return 2
     extra = [a for a in args.pytest_args if a != "--"]
+    journal = f"{stem}-journal.jsonl"
+    if os.path.exists(journal):
+        os.remove(journal)
     command = [sys.executable, "-m", "pytest", "-p", "torch_spyre.testing.plugin",
                "-p", "no:cacheprovider", "-q", "-rfE",
                f"--relay-config={os.path.abspath(args.config)}",
-               f"--relay-summary={stem}-summary.json",
-               f"--relay-selection={selection_path}",
-               f"--junitxml={stem}-junit.xml", "-o", "junit_family=xunit1",
+               f"--relay-summary={stem}-summary.json", f"--relay-junit={stem}-junit.xml",
+               f"--relay-selection={selection_path}", f"--relay-journal={journal}",
                *extra, *files]
     env = dict(os.environ)
     # Only the spyre base instantiates (RFC 1287 §11); CPU runs as the reference.
     env["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "privateuse1"
     print("relay: " + "\n relay: ".join(selection.describe()))
     started = time.time()
-    status = subprocess.call(command, env=env)
-    if status == 5:  # pytest: nothing collected, i.e. the selection is empty
-        print("relay: no test selected")
-        status = 0
+    status = _run_until_done(command, env, journal)
     print(f"relay: {time.time() - started:.1f} s, summary {stem}-summary.json, "
           f"JUnit {stem}-junit.xml")
     return status
+
+
+MAX_CRASHES = 20
+
+
+def _run_until_done(command, env, journal_path):
+    """Runs pytest; when a test kills the process, records that test as
+    crashed and runs pytest again on the tests not yet run."""
+    from .plugin import Journal
+    from .report import crash_record
+
+    for _ in range(MAX_CRASHES + 1):
+        status = subprocess.call(command, env=env)
+        if status >= 0:
+            break
+        journal = Journal(journal_path)
+        crashed = journal.unfinished()
+        if crashed is None:
+            print(f"relay: pytest died ({_signal_name(status)}) outside any test", file=sys.stderr)
+            return 3
+        print(f"relay: {crashed['nodeid']} killed the test process ({_signal_name(status)}); "
+              "recording it and running the remaining tests")
+        journal.write("crash", crash_record(crashed, _signal_name(status)))
+    else:
+        print(f"relay: more than {MAX_CRASHES} crashes; stopping", file=sys.stderr)
+        return 3
+    if status not in (0, 1, 5):  # 5: nothing left to collect (or nothing selected)
+        return status  # a usage or internal error; pytest said why
+    # The summary's status counts the tests of every process, crashes included.
+    with open(journal_path.replace("-journal.jsonl", "-summary.json")) as f:
+        summary = json.load(f)
+    if summary["totals"]["tests"] == 0:
+        print("relay: no test selected")
+    return summary["exit_status"]
+
+
+def _signal_name(status):
+    import signal
+    try:
+        return signal.Signals(-status).name
+    except ValueError:
+        return f"signal {-status}"
 
 
 if __name__ == "__main__":

@@ -6,19 +6,25 @@ call instantiate_device_type_tests generate spyre variants shaped by the
 config. At collection it applies the selection (--relay-selection), each
 variant's mode (skip / xfail / strict xfail / mandatory success) as pytest
 marks, the config's tags and the RFC's op__/dtype__/module__ marks. After the
-run it writes the JSON summary (--relay-summary); JUnit XML comes from
-pytest's own --junitxml, with op/dtype/mode as test-case properties.
+run it writes the JSON summary (--relay-summary) and JUnit XML
+(--relay-junit) from the same per-test records.
+
+With --relay-journal, each test's start and end are appended to a JSON-lines
+file as they happen, and tests the journal already holds are deselected: if
+a test kills the process (a segfault in a kernel), the CLI records it from
+the journal as crashed and starts pytest again on the tests left.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
 import pytest
 
 from . import records
-from .report import Outcome, build_summary, write_json
+from .report import Outcome, build_summary, relay_exit_status, write_json, write_junit
 from .selection import Selection
 
 _RELAY = pytest.StashKey[dict]()
@@ -31,15 +37,21 @@ def pytest_addoption(parser):
     group.addoption("--relay-summary", default=None, help="write the JSON summary here")
     group.addoption("--relay-selection", default=None,
                     help="JSON selection written by `python -m torch_spyre.testing select`")
+    group.addoption("--relay-junit", default=None, help="write JUnit XML here")
+    group.addoption("--relay-journal", default=None,
+                    help="JSON-lines journal of test starts/ends (crash recovery)")
 
 
 class RelayPlugin:
-    def __init__(self, config_path, summary_path, selection):
+    def __init__(self, config_path, selection, summary_path=None, junit_path=None,
+                 journal_path=None):
         from .config import load_config
         from .device_type import install, set_active_config
 
         self.config = load_config(config_path) if config_path else None
-        self.summary_path = summary_path
+        self.summary_path, self.junit_path = summary_path, junit_path
+        self.journal = Journal(journal_path) if journal_path else None
+        self.earlier = self.journal.records() if self.journal else {}
         self.selection = selection
         self.outcomes: dict[str, Outcome] = {}
         self.started = time.time()
@@ -52,6 +64,9 @@ class RelayPlugin:
     def pytest_collection_modifyitems(self, session, config, items):
         kept, deselected = [], []
         for item in items:
+            if item.nodeid in self.earlier:  # ran (or crashed) in an earlier process
+                deselected.append(item)
+                continue
             info = _variant(item)
             why_selected = self.selection.why(str(item.path), info)
             if why_selected is None:
@@ -73,6 +88,19 @@ class RelayPlugin:
                                   item.name, op=info.get("op"), dtype=info.get("dtype"))
 
     # ---- running -----------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        outcome = self.outcomes.setdefault(item.nodeid, Outcome(item.nodeid))
+        relay = item.stash.get(_RELAY, None)
+        if self.journal is not None and relay is not None:
+            outcome.describe(item, relay)
+            self.journal.write("start", outcome.start_record())
+        try:
+            return (yield)
+        finally:
+            if self.journal is not None:
+                self.journal.write("end", outcome.record())
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item):
@@ -103,14 +131,66 @@ class RelayPlugin:
     # ---- summary -----------------------------------------------------------
 
     def pytest_sessionfinish(self, session, exitstatus):
-        if not self.summary_path:
-            return
         from .device_type import removed_variants
-        summary = build_summary(self.outcomes.values(), config=self.config,
-                                selection=self.selection, removed=removed_variants,
-                                wall_seconds=time.time() - self.started,
-                                exit_status=int(exitstatus), native_ops=_native_ops_if_known())
-        write_json(self.summary_path, summary)
+        records = list(self.earlier.values()) + [o.record() for o in self.outcomes.values()]
+        if self.journal is not None:
+            # Across restarted processes the exit status follows the records.
+            exitstatus = relay_exit_status(records)
+        if self.summary_path:
+            summary = build_summary(records, config=self.config, selection=self.selection,
+                                    removed=removed_variants,
+                                    wall_seconds=time.time() - self.journal_started(),
+                                    exit_status=int(exitstatus),
+                                    native_ops=_native_ops_if_known())
+            write_json(self.summary_path, summary)
+        if self.junit_path:
+            write_junit(self.junit_path, records)
+
+    def journal_started(self):
+        return self.journal.started() if self.journal is not None else self.started
+
+
+class Journal:
+    """Append-only JSON lines: {"event": start|end|crash, "record": {...}}.
+
+    Each line is written and closed at once, so it survives the process
+    being killed by the test that runs next.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        if not os.path.exists(path):
+            self.write("begin", {"time": time.time()})
+
+    def write(self, event, record):
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"event": event, "record": record}) + "\n")
+
+    def entries(self):
+        with open(self.path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def started(self):
+        return next(e["record"]["time"] for e in self.entries() if e["event"] == "begin")
+
+    def records(self):
+        """{nodeid: final record} of every test that ended or crashed."""
+        done = {}
+        for entry in self.entries():
+            if entry["event"] in ("end", "crash"):
+                done[entry["record"]["nodeid"]] = entry["record"]
+        return done
+
+    def unfinished(self):
+        """The start record of the test that was running when the process died."""
+        open_starts = {}
+        for entry in self.entries():
+            record = entry["record"]
+            if entry["event"] == "start":
+                open_starts[record["nodeid"]] = record
+            elif entry["event"] in ("end", "crash"):
+                open_starts.pop(record["nodeid"], None)
+        return next(reversed(open_starts.values()), None)
 
 
 def _native_ops_if_known():
@@ -160,8 +240,10 @@ def pytest_configure(config):
     from .config import ConfigError
     try:
         selection = Selection.load(config.getoption("--relay-selection"))
-        plugin = RelayPlugin(config.getoption("--relay-config"),
-                             config.getoption("--relay-summary"), selection)
+        plugin = RelayPlugin(config.getoption("--relay-config"), selection,
+                             summary_path=config.getoption("--relay-summary"),
+                             junit_path=config.getoption("--relay-junit"),
+                             journal_path=config.getoption("--relay-journal"))
     except ConfigError as error:
         raise pytest.UsageError(f"spyre relay config: {error}") from None
     config.pluginmanager.register(plugin, "spyre-relay")

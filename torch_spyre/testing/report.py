@@ -28,6 +28,7 @@ class Outcome:
         self.message = ""
         self.file = self.class_name = self.name = ""
         self.info, self.mode, self.why_mode, self.why_selected = {}, None, "", ""
+        self.tags = []
         self.counts = {}
 
     def describe(self, item, relay):
@@ -37,7 +38,7 @@ class Outcome:
         self.info = relay.get("info", {})
         policy = relay.get("policy")
         if policy is not None:
-            self.mode, self.why_mode = policy.mode, policy.why
+            self.mode, self.why_mode, self.tags = policy.mode, policy.why, policy.tags
         self.why_selected = relay.get("selected", "")
         self.counts = relay.get("counts", self.counts)
 
@@ -59,11 +60,17 @@ class Outcome:
             return  # a failure in any phase stands
         self.outcome, self.message = outcome, message
 
+    def start_record(self):
+        """What is known before the test runs (a crash leaves only this)."""
+        record = self.record()
+        record["outcome"] = None
+        return record
+
     def record(self):
         op = self.info.get("op") or {}
         return {"nodeid": self.nodeid, "file": self.file, "class": self.class_name,
                 "name": self.name, "op": op.get("full_name"), "dtype": self.info.get("dtype"),
-                "module": self.info.get("module"), "mode": self.mode,
+                "module": self.info.get("module"), "mode": self.mode, "tags": self.tags,
                 "outcome": self.outcome or "skipped", "duration_s": round(self.duration, 4),
                 "samples": self.counts.get("samples", 0), "message": self.message,
                 "why_mode": self.why_mode, "why_selected": self.why_selected}
@@ -105,11 +112,11 @@ def _add(counts, rec):
     counts["duration_s"] = round(counts["duration_s"] + rec["duration_s"], 4)
 
 
-def build_summary(outcomes, *, config, selection, removed, wall_seconds, exit_status,
+def build_summary(records, *, config, selection, removed, wall_seconds, exit_status,
                   native_ops=None):
     import torch
 
-    records = sorted((o.record() for o in outcomes), key=lambda r: r["nodeid"])
+    records = sorted(records, key=lambda r: r["nodeid"])
     totals, per_file = _empty_counts(), defaultdict(_empty_counts)
     per_op, per_module = defaultdict(_empty_counts), defaultdict(_empty_counts)
     op_dtypes = defaultdict(set)
@@ -156,6 +163,47 @@ def _package_version():
         return version("torch_spyre")
     except Exception:
         return None
+
+
+def crash_record(start, signal_name):
+    """The record of a test whose process died: its mode decides the outcome."""
+    expected = start.get("mode") in ("xfail", "xfail_strict")
+    message = f"the test process died ({signal_name})"
+    return {**start, "outcome": "xfailed" if expected else "failed", "message": message}
+
+
+def relay_exit_status(records):
+    """0 when every test met its mode, else 1 (the CLI's exit code)."""
+    return 1 if any(r["outcome"] == "failed" for r in records) else 0
+
+
+def write_junit(path, records):
+    """JUnit XML from the same records as the summary (one testsuite)."""
+    import xml.etree.ElementTree as ET
+
+    records = sorted(records, key=lambda r: r["nodeid"])
+    counts = {k: sum(r["outcome"] == k for r in records) for k in OUTCOMES}
+    suite = ET.Element("testsuite", name="spyre-relay", tests=str(len(records)),
+                       failures=str(counts["failed"]), errors="0",
+                       skipped=str(counts["skipped"] + counts["xfailed"]),
+                       time=f"{sum(r['duration_s'] for r in records):.3f}")
+    for r in records:
+        case = ET.SubElement(suite, "testcase", classname=r["class"], name=r["name"],
+                             file=r["file"], time=f"{r['duration_s']:.3f}")
+        properties = ET.SubElement(case, "properties")
+        for key in ("op", "dtype", "module", "mode", "tags", "samples", "outcome"):
+            value = ",".join(r[key]) if key == "tags" else r.get(key)
+            if value not in (None, ""):
+                ET.SubElement(properties, "property", name=key, value=str(value))
+        if r["outcome"] == "failed":
+            ET.SubElement(case, "failure", message=r["message"]).text = r["message"]
+        elif r["outcome"] in ("skipped", "xfailed"):
+            ET.SubElement(case, "skipped", type="pytest." + (
+                "xfail" if r["outcome"] == "xfailed" else "skip"), message=r["message"])
+    tree = ET.ElementTree(ET.Element("testsuites"))
+    tree.getroot().append(suite)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tree.write(path, encoding="utf-8", xml_declaration=True)
 
 
 def write_json(path, data):
