@@ -147,7 +147,8 @@ class RelayPlugin:
             write_junit(self.junit_path, records)
 
     def journal_started(self):
-        return self.journal.started() if self.journal is not None else self.started
+        started = self.journal.started() if self.journal is not None else None
+        return started if started is not None else self.started
 
 
 class Journal:
@@ -171,7 +172,7 @@ class Journal:
             return [json.loads(line) for line in f if line.strip()]
 
     def started(self):
-        return next(e["record"]["time"] for e in self.entries() if e["event"] == "begin")
+        return next((e["record"]["time"] for e in self.entries() if e["event"] == "begin"), None)
 
     def records(self):
         """{nodeid: final record} of every test that ended or crashed."""
