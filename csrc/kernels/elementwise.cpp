@@ -59,7 +59,7 @@ bool is_invariant(const StickOperand& op) {
 // operand's sticks are not aligned with the output's.
 uint32_t operand_pitch(const StickOperand& op, const StickOperand& output,
                        int64_t width) {
-  if (op.cols == Cols::kBroadcast) return rt::kStickBytes;
+  if (op.cols != Cols::kSticks) return rt::kStickBytes;
   const int64_t per_stick = op.elements_per_stick();
   const int64_t out_per_stick = output.elements_per_stick();
   const bool aligned =
@@ -69,7 +69,10 @@ uint32_t operand_pitch(const StickOperand& op, const StickOperand& output,
       (ceil_div(width, per_stick) + (aligned ? 0 : 1)) * rt::kStickBytes);
 }
 
+// Rows of `pitch` bytes an operand's buffer needs for `rows` tile rows
+// (rows along sticks: one stick per row is more than the rows' sticks).
 uint32_t loaded_rows(const StickOperand& op, size_t ndim, int64_t rows) {
+  if (op.cols == Cols::kRowsAlongSticks) return static_cast<uint32_t>(rows);
   return row_stride(op, ndim) == 0 ? 1 : static_cast<uint32_t>(rows);
 }
 
@@ -103,6 +106,21 @@ Placed place(const StickOperand& op, uint32_t slot, const Space& s, size_t ndim,
   x.dram_stride1 = nrows > 1 ? rs : 0;
   x.spad_stride1 = nrows > 1 ? pitch : 0;
   uint32_t position = 0;
+  if (op.cols == Cols::kRowsAlongSticks) {
+    // The tile's rows are consecutive elements along the sticks: load the
+    // sticks holding them end to end; row r is element r from `position`.
+    const int64_t start = op.first + w.row0;
+    const int64_t first_stick = start / per_stick;
+    const int64_t sticks = (start + w.nrows - 1) / per_stick - first_stick + 1;
+    x.dram = {slot,
+              static_cast<uint64_t>(base + first_stick * op.stick_stride)};
+    x.count1 = static_cast<uint32_t>(sticks);
+    x.dram_stride1 = op.stick_stride;
+    x.spad_stride1 = rt::kStickBytes;
+    p.tile = rt::Tile{spad + static_cast<uint32_t>(start % per_stick) * esize,
+                      op.dtype, static_cast<int32_t>(esize), 0};
+    return p;
+  }
   if (op.cols == Cols::kBroadcast) {
     x.dram = {slot, static_cast<uint64_t>(base)};
     position = op.first;
@@ -145,6 +163,10 @@ uint64_t slot_extent(const StickOperand& op,
     last += (op.first + shape.back() - 1) / op.elements_per_stick() *
             op.stick_stride;
   }
+  if (op.cols == Cols::kRowsAlongSticks) {
+    last += (op.first + shape[shape.size() - 2] - 1) / op.elements_per_stick() *
+            op.stick_stride;
+  }
   return static_cast<uint64_t>(last) + rt::kStickBytes;
 }
 
@@ -166,7 +188,13 @@ void check_kernel(const ElementwiseKernel& k) {
         rt::ErrorCode::kInvalidArgument,
         "elementwise: operand offset must start a stick");
   };
-  for (const StickOperand& op : k.inputs) check_operand(op);
+  for (const StickOperand& op : k.inputs) {
+    check_operand(op);
+    rt::check(op.cols != Cols::kRowsAlongSticks ||
+                  (k.shape.size() >= 2 && op.strides[k.shape.size() - 2] == 0),
+              rt::ErrorCode::kInvalidArgument,
+              "elementwise: rows along sticks need a rows dim of stride 0");
+  }
   check_operand(k.output);
   rt::check(k.output.cols == Cols::kSticks, rt::ErrorCode::kInvalidArgument,
             "elementwise: the output cannot broadcast");
@@ -267,7 +295,7 @@ ElementwiseStep random_step(rt::RandDist dist, double a, double b,
 
 void StickOperand::append_key(std::string& key) const {
   key += rt::dtype_name(dtype);
-  key += cols == Cols::kSticks ? 's' : 'b';
+  key += "sbr"[static_cast<int>(cols)];
   key += std::to_string(offset) + '+' + std::to_string(first) + '/' +
          std::to_string(stick_stride);
   for (int64_t s : strides) key += ',' + std::to_string(s);

@@ -31,8 +31,16 @@ struct StickOperand {
   // How the cols dim walks the operand:
   //   kSticks:     element c is at stick (first + c) / E, `stick_stride`
   //                bytes apart, position (first + c) % E;
-  //   kBroadcast:  every c reads the same element (cols stride 0).
-  enum class Cols : uint8_t { kSticks, kBroadcast } cols = Cols::kSticks;
+  //   kBroadcast:  every c reads the same element (cols stride 0);
+  //   kRowsAlongSticks: cols broadcast, and the rows dim (the one before
+  //                cols, whose stride is then 0) walks the sticks: row r is
+  //                at stick (first + r) / E, position (first + r) % E (a
+  //                [rows, 1] tensor against [rows, cols]).
+  enum class Cols : uint8_t {
+    kSticks,
+    kBroadcast,
+    kRowsAlongSticks
+  } cols = Cols::kSticks;
   int64_t stick_stride = rt::kStickBytes;
 
   uint32_t elements_per_stick() const { return rt::elements_per_stick(dtype); }

@@ -286,16 +286,25 @@ std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
     // The outermost host dim whose stride divides the view's stride.
     size_t j = 0;
     while (j < host.size() && strides[d] % host_strides[j] != 0) ++j;
-    if (j == host.size() || static_cast<int64_t>(j) == stick_dim) {
-      return std::nullopt;
-    }
+    if (j == host.size()) return std::nullopt;
     const int64_t steps = strides[d] / host_strides[j];
+    if (static_cast<int64_t>(j) == stick_dim) {
+      // Only the rows dim of a cols-broadcast view may walk the sticks
+      // ([rows, 1] against [rows, cols]).
+      const bool rows_dim = d + 2 == sizes.size();
+      if (!rows_dim || steps != 1 || strides.back() != 0) return std::nullopt;
+      op.cols = kernels::StickOperand::Cols::kRowsAlongSticks;
+      reach[j] += sizes[d] - 1;
+      continue;
+    }
     reach[j] += steps * (sizes[d] - 1);
     op.strides[d] = steps * coeff[j];
   }
   const int64_t cols = sizes.empty() ? 1 : sizes.back();
   const int64_t cols_stride = sizes.empty() ? 0 : strides.back();
-  if (cols_stride == 0) {
+  if (op.cols == kernels::StickOperand::Cols::kRowsAlongSticks) {
+    // cols broadcast: the element of each row is placed by the rows dim
+  } else if (cols_stride == 0) {
     op.cols = kernels::StickOperand::Cols::kBroadcast;
   } else {
     if (cols_stride != 1 || static_cast<int64_t>(host.size()) - 1 != stick_dim)
