@@ -13,32 +13,6 @@ constexpr rt::DType kF32 = rt::DType::kFloat32;
 
 rt::Tile column(uint32_t offset) { return {offset, kF32, 4, 0}; }
 
-rt::Vector vec(rt::VecOp op, rt::Tile dst, rt::Tile a, uint32_t rows,
-               uint32_t cols) {
-  rt::Vector v;
-  v.op = op;
-  v.dst = dst;
-  v.src0 = a;
-  v.rows = rows;
-  v.cols = cols;
-  return v;
-}
-
-rt::Vector vec2(rt::VecOp op, rt::Tile dst, rt::Tile a, rt::Tile b,
-                uint32_t rows, uint32_t cols) {
-  rt::Vector v = vec(op, dst, a, rows, cols);
-  v.src1 = b;
-  return v;
-}
-
-rt::Vector vec_imm(rt::VecOp op, rt::Tile dst, rt::Tile a, double imm,
-                   uint32_t rows, uint32_t cols) {
-  rt::Vector v = vec(op, dst, a, rows, cols);
-  v.src1_is_imm = true;
-  v.imm = imm;
-  return v;
-}
-
 void check(const NormShape& s, const NormOptions& o) {
   auto row_vector = [&](const std::optional<Matrix>& m, const char* what) {
     if (m && (m->rows != 1 || m->cols != s.in.cols)) {

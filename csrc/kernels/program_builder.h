@@ -84,4 +84,32 @@ struct Split {
 
 inline uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
+// Vector instructions over rows x cols: unary, binary, and binary with an
+// immediate second operand. Shared by the kernel builders.
+inline rt::Vector vec(rt::VecOp op, rt::Tile dst, rt::Tile a, uint32_t rows,
+                      uint32_t cols) {
+  rt::Vector v;
+  v.op = op;
+  v.dst = dst;
+  v.src0 = a;
+  v.rows = rows;
+  v.cols = cols;
+  return v;
+}
+
+inline rt::Vector vec2(rt::VecOp op, rt::Tile dst, rt::Tile a, rt::Tile b,
+                       uint32_t rows, uint32_t cols) {
+  rt::Vector v = vec(op, dst, a, rows, cols);
+  v.src1 = b;
+  return v;
+}
+
+inline rt::Vector vec_imm(rt::VecOp op, rt::Tile dst, rt::Tile a, double imm,
+                          uint32_t rows, uint32_t cols) {
+  rt::Vector v = vec(op, dst, a, rows, cols);
+  v.src1_is_imm = true;
+  v.imm = imm;
+  return v;
+}
+
 }  // namespace spyre::kernels

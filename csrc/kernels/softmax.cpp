@@ -18,24 +18,6 @@ rt::Tile tile_of(uint32_t offset, rt::DType dtype, uint32_t pitch) {
 // A column of one fp32 value per row, broadcast along the row.
 rt::Tile row_scalar(uint32_t offset) { return {offset, kF32, 4, 0}; }
 
-rt::Vector vec(rt::VecOp op, rt::Tile dst, rt::Tile a, uint32_t rows,
-               uint32_t cols) {
-  rt::Vector v;
-  v.op = op;
-  v.dst = dst;
-  v.src0 = a;
-  v.rows = rows;
-  v.cols = cols;
-  return v;
-}
-
-rt::Vector vec2(rt::VecOp op, rt::Tile dst, rt::Tile a, rt::Tile b,
-                uint32_t rows, uint32_t cols) {
-  rt::Vector v = vec(op, dst, a, rows, cols);
-  v.src1 = b;
-  return v;
-}
-
 rt::Reduce reduce(rt::RedOp op, uint32_t dst, rt::Tile src, uint32_t rows,
                   uint32_t cols) {
   rt::Reduce r;
