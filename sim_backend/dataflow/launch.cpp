@@ -158,13 +158,7 @@ class Launch {
                 bool to_device) {
     const char* what = to_device ? "DmaStore" : "DmaLoad";
     rt::DevicePtr base = 0;
-    uint8_t* extent = device_extent(d, c, base, what);
-    if (to_device && exe_.has_gather) {
-      const rt::Relocation& rel = exe_.relocations[d.relocation];
-      std::lock_guard lock(mutex_);
-      undo_.push_back(
-          {extent, std::vector<uint8_t>(extent, extent + (rel.hi - rel.lo))});
-    }
+    device_extent(d, c, base, what);
     int64_t spad_hi = int64_t{x.spad} + int64_t{x.count2 - 1} * x.spad_stride2 +
                       int64_t{x.count1 - 1} * x.spad_stride1 + x.run_bytes;
     check_spad(c, x.spad, spad_hi, what);
@@ -177,12 +171,22 @@ class Launch {
         uint8_t* local = spad + x.spad + uint64_t{i2} * x.spad_stride2 +
                          uint64_t{i1} * x.spad_stride1;
         if (to_device) {
+          // A gather can still fail on another core after this store, and a
+          // failed launch must leave device memory as it was: keep the bytes
+          // this run overwrites (only them: other cores write the rest of the
+          // same tensor concurrently).
+          if (exe_.has_gather) remember(dram, x.run_bytes);
           std::memcpy(dram, local, x.run_bytes);
         } else {
           std::memcpy(local, dram, x.run_bytes);
         }
       }
     }
+  }
+
+  void remember(uint8_t* dram, size_t bytes) {
+    std::lock_guard lock(mutex_);
+    undo_.push_back({dram, std::vector<uint8_t>(dram, dram + bytes)});
   }
 
   void gather(size_t c, const DecodedInst& d, const rt::DmaGather& g) {
