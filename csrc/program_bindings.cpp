@@ -10,10 +10,15 @@
 #include <ATen/ops/empty_strided.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "allocator.h"
 #include "device_state.h"
+#include "kernels/matmul.h"
 #include "kernels/program_builder.h"
 #include "ops/launch.h"
 #include "spyre/runtime/error.h"
@@ -68,6 +73,18 @@ class ProgramSpec {
     cp.scratchpad_bytes = scratchpad_bytes;
     program_.cores.push_back(std::move(cp));
     return static_cast<uint32_t>(program_.cores.size() - 1);
+  }
+
+  // Names a slot after the buffer bound to it and records the device layout
+  // its storage must have (checked at bind).
+  void set_arg(uint32_t slot, std::string name,
+               std::vector<int64_t> device_size) {
+    if (slot >= program_.args.size()) {
+      throw std::invalid_argument("spyre program: no argument slot " +
+                                  std::to_string(slot));
+    }
+    program_.args[slot].name = std::move(name);
+    program_.args[slot].layout.device_size = std::move(device_size);
   }
 
   void set_scratchpad_bytes(uint32_t index, uint32_t bytes) {
@@ -179,6 +196,16 @@ void bind_spec(py::module_& m) {
       .def("add_core", &ProgramSpec::add_core, py::arg("core"),
            py::arg("scratchpad_bytes"))
       .def("set_scratchpad_bytes", &ProgramSpec::set_scratchpad_bytes)
+      .def("set_arg", &ProgramSpec::set_arg, py::arg("slot"), py::arg("name"),
+           py::arg("device_size"))
+      .def_property_readonly("arg_names",
+                             [](const ProgramSpec& s) {
+                               std::vector<std::string> names;
+                               for (const auto& a : s.program().args) {
+                                 names.push_back(a.name);
+                               }
+                               return names;
+                             })
       .def(
           "dma_load",
           [](ProgramSpec& s, uint32_t core, uint32_t slot, uint64_t offset,
@@ -309,6 +336,55 @@ void bind_spec(py::module_& m) {
       py::arg("scratchpad_bytes") = 2u << 20);
 }
 
+// A matrix operand from Python: (dtype, byte offset of element (0, 0),
+// row dims [(size, byte stride)] outermost first, cols, byte stride between
+// sticks of a row, batch dims [(size, byte stride)]).
+using DimList = std::vector<std::pair<uint64_t, int64_t>>;
+using MatrixTuple =
+    std::tuple<std::string, uint64_t, DimList, uint64_t, int64_t, DimList>;
+
+std::vector<kernels::StridedDim> strided_dims(const DimList& dims) {
+  std::vector<kernels::StridedDim> out;
+  out.reserve(dims.size());
+  for (const auto& [size, stride] : dims) out.push_back({size, stride});
+  return out;
+}
+
+kernels::Matrix matrix_of(const MatrixTuple& t) {
+  kernels::Matrix m = kernels::Matrix::strided(
+      dtype_of(std::get<0>(t)), std::get<1>(t), strided_dims(std::get<2>(t)),
+      std::get<3>(t), std::get<4>(t));
+  m.batch_dims = strided_dims(std::get<5>(t));
+  return m;
+}
+
+// A matrix product built once by the kernel library's builder (the same one
+// the eager ops use). Returns the program and its plan's description.
+std::pair<ProgramSpec, std::string> build_matmul_program(
+    const MatrixTuple& a, const MatrixTuple& b, const MatrixTuple& c,
+    const std::optional<MatrixTuple>& bias, bool a_transposed,
+    bool b_transposed, double alpha, double beta, uint32_t max_cores) {
+  kernels::MatmulShape shape(matrix_of(a), matrix_of(b), matrix_of(c));
+  shape.a_transposed = a_transposed;
+  shape.b_transposed = b_transposed;
+  if (bias) shape.bias = matrix_of(*bias);
+  shape.alpha = alpha;
+  shape.beta = beta;
+  kernels::MatmulOptions options;
+  options.max_cores = max_cores;
+  const kernels::MatmulPlan plan = kernels::plan_matmul(shape, options);
+  return {ProgramSpec(kernels::build_matmul(shape, plan, options)),
+          plan.describe()};
+}
+
+void bind_builders(py::module_& m) {
+  m.def("build_matmul", &build_matmul_program, py::arg("a"), py::arg("b"),
+        py::arg("c"), py::arg("bias") = std::nullopt,
+        py::arg("a_transposed") = false, py::arg("b_transposed") = false,
+        py::arg("alpha") = 1.0, py::arg("beta") = 1.0,
+        py::arg("max_cores") = 32);
+}
+
 namespace glue = spyre::torch_glue;
 
 // A compiled kernel's program on one device, loaded once through the shared
@@ -395,6 +471,7 @@ namespace spyre::torch_glue {
 void bind_programs(py::module_& m) {
   bind_enums(m);
   bind_spec(m);
+  bind_builders(m);
   bind_compiled(m);
   py::register_exception<kernels::KernelBuildError>(m, "KernelBuildError",
                                                     PyExc_RuntimeError);

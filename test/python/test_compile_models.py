@@ -1,7 +1,9 @@
 """torch.compile on spyre of matrix products and small models: every kernel
-Inductor generates is a device program; matrix products (and embedding) are
-Inductor extern kernels, which run through the eager op library (device
-programs where it has them, else its counted CPU fallback)."""
+Inductor generates is a device program; matrix products are device programs
+of the matmul builder (test_compile_matmul.py) unless an operand view cannot
+be read in place, then they (and embedding) run as extern kernels through
+the eager op library (device programs where it has them, else its counted
+CPU fallback)."""
 
 import math
 

@@ -24,6 +24,7 @@ def register() -> None:
 
     from .device_interface import SpyreInterface
     from .decompositions import SpyrePostGradPass, define_eager_twins
+    from . import matmul  # noqa: F401  (defines the spyre_inductor ops)
     from .scheduling import SpyreScheduling
     from .wrapper import SpyreCppWrapperUnsupported, SpyreDeviceOpOverrides, SpyreWrapperCodegen
 

@@ -4,11 +4,16 @@ not part of Inductor's cache key: compile with caches disabled
 (torch._inductor.config.force_disable_caches) after changing them."""
 
 # Fuse pointwise chains and reductions with their epilogues into one program
-# (intermediates stay in the scratchpad); off: one program per node, every
-# intermediate through device memory.
+# (intermediates stay in the scratchpad), and matrix products with their
+# bias/activation epilogues; off: one program per node, every intermediate
+# through device memory.
 fusion = True
 # Alternate two scratchpad regions between a core's blocks so DMA of the
 # next block overlaps compute of this one; off: one region.
 double_buffer = True
 # Cores a kernel may spread its blocks over.
 max_cores = 32
+# Lower matrix products (mm, addmm, bmm, baddbmm: what linear and matmul
+# decompose to) to device programs built at compile time; off: they stay
+# Inductor extern kernels running the eager op library.
+matmul_programs = True

@@ -209,6 +209,11 @@ def apply_spyre_rewrites(gm: torch.fx.GraphModule) -> None:
                 _count(_fallback_counts, str(node.target))
                 node.target = twin
                 changed = True
+    from . import config
+    from .matmul import rewrite_matmuls, supported_activations
+    if config.matmul_programs and rewrite_matmuls(
+            gm, supported_activations() if config.fusion else ("none",)):
+        changed = True
     if changed:
         gm.graph.lint()
         gm.recompile()

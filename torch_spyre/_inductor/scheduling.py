@@ -19,6 +19,23 @@ from .lowering import check_group, lower_kernel
 compiled_kernels: dict = {}
 
 
+def new_kernel_name(first_node: str) -> str:
+    return f"spyre_kernel_{len(compiled_kernels)}_{first_node}"
+
+
+def define_kernel(wrapper, kernel_name: str, spec, arg_names: list, info: dict) -> None:
+    """Embeds a built program in the compiled module's header as a
+    SpyreKernel (loaded once, launched per call) and records it."""
+    data = spec.serialize()
+    info.update(name=kernel_name, program_bytes=len(data), args=list(arg_names))
+    compiled_kernels[kernel_name] = info
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    encoded = base64.b64encode(data).decode()
+    wrapper.header.splice(
+        f"{kernel_name} = SpyreKernel({kernel_name!r}, '{encoded}', {list(arg_names)!r})"
+        f"  # sha256 {digest}, {info['cores']} cores, {info['instructions']} instructions")
+
+
 class SpyreScheduling(sched.BaseScheduling):
     def __init__(self, scheduler):
         super().__init__(scheduler)
@@ -69,18 +86,11 @@ class SpyreScheduling(sched.BaseScheduling):
                 if name not in outputs and \
                         self.scheduler.can_buffer_be_removed_through_fusion(name, fused_names):
                     removable.add(name)
-        kernel_name = f"spyre_kernel_{len(compiled_kernels)}_{nodes[0].get_name()}"
+        kernel_name = new_kernel_name(nodes[0].get_name())
         plan = check_group(kernel_name, [self._capture(n) for n in nodes], removable)
         spec, arg_names, info = lower_kernel(plan)
-        data = spec.serialize()
-        info.update(name=kernel_name, nodes=[n.get_name() for n in nodes],
-                    program_bytes=len(data), args=arg_names)
-        compiled_kernels[kernel_name] = info
-        digest = hashlib.sha256(data).hexdigest()[:16]
-        encoded = base64.b64encode(data).decode()
-        wrapper.header.splice(
-            f"{kernel_name} = SpyreKernel({kernel_name!r}, '{encoded}', {arg_names!r})"
-            f"  # sha256 {digest}, {info['cores']} cores, {info['instructions']} instructions")
+        info.update(nodes=[n.get_name() for n in nodes])
+        define_kernel(wrapper, kernel_name, spec, arg_names, info)
         with V.set_kernel_handler(Kernel()):
             for n in nodes:
                 n.mark_run()

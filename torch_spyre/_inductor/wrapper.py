@@ -27,6 +27,14 @@ class SpyreWrapperCodegen(PythonWrapperCodegen):
         super().write_header()
         self.header.splice("from torch_spyre._inductor.runtime import SpyreKernel")
 
+    def generate_fallback_kernel(self, node) -> None:
+        # spyre_inductor::matmul / mlp: a device program built here, once;
+        # anything the builder cannot take runs the op's eager form (counted)
+        from .matmul import MATMUL_OP, MLP_OP, lower_extern_product
+        if node.op_overload in (MATMUL_OP, MLP_OP) and lower_extern_product(self, node):
+            return
+        super().generate_fallback_kernel(node)
+
     def make_buffer_reuse(self, old, new, delete_old: bool):
         # A spyre storage keeps the device layout of the shape it was
         # allocated for; reusing it for a buffer of another memory-order
