@@ -1,0 +1,214 @@
+// Layer norm and RMS norm as device programs (kernels/norm.h):
+// native_layer_norm (what nn.LayerNorm and F.layer_norm reach), rms_norm and
+// _fused_rms_norm (F.rms_norm reaches rms_norm, which PyTorch only routes to
+// _fused_rms_norm on its own devices; both are registered). Normalised over
+// the last dims: several are flattened into one (a materialized reshape).
+// fp16, bf16 and fp32; statistics in the input's dtype as on the CPU.
+#include "kernels/norm.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_fused_rms_norm_ops.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/native_layer_norm_ops.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include <limits>
+#include <tuple>
+
+#include "ops/launch.h"
+#include "ops/matrix_operand.h"
+
+namespace spyre::torch_glue::ops {
+namespace {
+
+bool floating(at::ScalarType t) {
+  return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat;
+}
+
+struct NormResult {
+  at::Tensor out, mean, rstd;  // stats in the input dims minus the normed ones
+};
+
+// Normalises `input` over its last `normed` dims.
+NormResult run_norm(const at::Tensor& input, int64_t normed,
+                    const std::optional<at::Tensor>& weight,
+                    const std::optional<at::Tensor>& bias, double eps,
+                    bool rms) {
+  const int64_t outer_dims = input.dim() - normed;
+  const std::vector<int64_t> outer(input.sizes().begin(),
+                                   input.sizes().begin() + outer_dims);
+  int64_t cols = 1;
+  for (int64_t d = outer_dims; d < input.dim(); ++d) cols *= input.size(d);
+  std::vector<int64_t> rows_shape = outer;
+  rows_shape.push_back(cols);
+  const auto tensor_options = input.options().memory_format(std::nullopt);
+  NormResult r;
+  r.out = at::empty(input.sizes(), tensor_options);
+  if (!rms) r.mean = at::empty(outer, tensor_options);
+  r.rstd = at::empty(outer, tensor_options);
+  if (input.numel() == 0) {
+    if (!rms && r.mean.numel() > 0) {
+      r.mean.fill_(std::numeric_limits<double>::quiet_NaN());
+      r.rstd.fill_(std::numeric_limits<double>::quiet_NaN());
+    }
+    return r;
+  }
+  at::Tensor x = normed == 1 ? input : input.reshape(rows_shape);
+  kernels::NormShape shape;
+  shape.in = matrix_operand(x, 0);
+  at::Tensor out2 = r.out.view(rows_shape);
+  shape.out = *matrix_view(out2, 0);
+  std::vector<at::Tensor> args{x, out2};
+  auto vector_arg = [&](const at::Tensor& t) {
+    at::Tensor flat = t.reshape({1, cols});
+    kernels::Matrix m = matrix_operand(flat, 0);
+    args.push_back(flat);
+    return m;
+  };
+  if (weight && weight->defined()) shape.weight = vector_arg(*weight);
+  if (bias && bias->defined()) shape.bias = vector_arg(*bias);
+  if (!rms) {
+    shape.mean = *matrix_view(r.mean, 0);
+    args.push_back(r.mean);
+  }
+  shape.rstd = *matrix_view(r.rstd, 0);
+  args.push_back(r.rstd);
+  kernels::NormOptions options;
+  options.rms = rms;
+  options.eps = eps;
+  std::string key = c10::str(rms ? "rms_norm" : "layer_norm", ":", eps);
+  for (const auto* m : {&shape.in, &shape.out}) append_key(key, *m);
+  for (const auto* m : {&shape.weight, &shape.bias, &shape.mean, &shape.rstd}) {
+    key += m->has_value() ? "+" : "-";
+    if (m->has_value()) append_key(key, **m);
+  }
+  const auto& program = cached_program(input.device().index(), key, [&] {
+    return kernels::build_norm(shape, options);
+  });
+  launch(program, args);
+  return r;
+}
+
+std::vector<int64_t> keep_shape(const at::Tensor& input, int64_t normed) {
+  std::vector<int64_t> shape = input.sizes().vec();
+  for (int64_t d = input.dim() - normed; d < input.dim(); ++d) shape[d] = 1;
+  return shape;
+}
+
+void check_normalized_shape(const at::Tensor& input, at::IntArrayRef shape,
+                            const char* op) {
+  const int64_t n = static_cast<int64_t>(shape.size());
+  TORCH_CHECK(n >= 1, op, ": normalized_shape must have at least one dim");
+  TORCH_CHECK(
+      input.dim() >= n && input.sizes().slice(input.dim() - n).equals(shape),
+      "Given normalized_shape=", shape, ", expected input with shape [*, ",
+      shape, "], but got input of size", input.sizes());
+}
+
+bool params_ok(const at::Tensor& input, const std::optional<at::Tensor>& p) {
+  return !p || !p->defined() || p->scalar_type() == input.scalar_type();
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_kernel(
+    const at::Tensor& input, c10::SymIntArrayRef normalized_shape_sym,
+    const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, double eps) {
+  const auto normalized_shape =
+      c10::asIntArrayRefUnchecked(normalized_shape_sym);
+  check_normalized_shape(input, normalized_shape, "layer_norm");
+  if (!floating(input.scalar_type()) || !params_ok(input, weight) ||
+      !params_ok(input, bias)) {
+    return at::native::call_fallback_fn_symint<
+        &cpu_fallback, at::_ops::native_layer_norm>::call(input,
+                                                          normalized_shape_sym,
+                                                          weight, bias, eps);
+  }
+  const int64_t normed = static_cast<int64_t>(normalized_shape.size());
+  NormResult r = run_norm(input, normed, weight, bias, eps, false);
+  const auto stats = keep_shape(input, normed);
+  return {r.out, r.mean.view(stats), r.rstd.view(stats)};
+}
+
+double rms_eps(const at::Tensor& input, std::optional<double> eps) {
+  if (eps) return *eps;
+  return input.scalar_type() == at::kHalf       ? 0.0009765625
+         : input.scalar_type() == at::kBFloat16 ? 0.0078125
+                                                : 1.1920928955078125e-07;
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_rms_norm_kernel(
+    const at::Tensor& input, at::IntArrayRef normalized_shape,
+    const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+  check_normalized_shape(input, normalized_shape, "rms_norm");
+  if (!floating(input.scalar_type()) || !params_ok(input, weight)) {
+    return at::native::call_fallback_fn<
+        &cpu_fallback, at::_ops::_fused_rms_norm>::call(input, normalized_shape,
+                                                        weight, eps);
+  }
+  const int64_t normed = static_cast<int64_t>(normalized_shape.size());
+  NormResult r =
+      run_norm(input, normed, weight, std::nullopt, rms_eps(input, eps), true);
+  return {r.out, r.rstd.view(keep_shape(input, normed))};
+}
+
+// PyTorch's decomposition of rms_norm (in the input's opmath dtype), for
+// autograd: each step records its graph.
+at::Tensor rms_norm_decomposed(const at::Tensor& input,
+                               c10::SymIntArrayRef normalized_shape,
+                               const std::optional<at::Tensor>& weight,
+                               std::optional<double> eps) {
+  const auto shape = c10::asIntArrayRefUnchecked(normalized_shape);
+  check_normalized_shape(input, shape, "rms_norm");
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) {
+    dims.push_back(input.dim() - 1 - i);
+  }
+  const bool upcast =
+      input.scalar_type() == at::kHalf || input.scalar_type() == at::kBFloat16;
+  const at::Tensor x = upcast ? input.to(at::kFloat) : input;
+  at::Tensor r =
+      x.mul(x.pow(2).mean(dims, true).add(rms_eps(input, eps)).rsqrt());
+  if (upcast) r = r.to(input.scalar_type());
+  if (weight && weight->defined()) r = r.mul(*weight);
+  return r;
+}
+
+at::Tensor rms_norm_kernel(const at::Tensor& input,
+                           c10::SymIntArrayRef normalized_shape,
+                           const std::optional<at::Tensor>& weight,
+                           std::optional<double> eps) {
+  if (!floating(input.scalar_type()) || !params_ok(input, weight)) {
+    return rms_norm_decomposed(input, normalized_shape, weight, eps);
+  }
+  return std::get<0>(fused_rms_norm_kernel(
+      input, c10::asIntArrayRefUnchecked(normalized_shape), weight, eps));
+}
+
+// rms_norm is composite: keep PyTorch's decomposition where autograd must
+// record the graph.
+at::Tensor rms_norm_autograd_kernel(const at::Tensor& input,
+                                    c10::SymIntArrayRef normalized_shape,
+                                    const std::optional<at::Tensor>& weight,
+                                    std::optional<double> eps) {
+  const bool grad = at::GradMode::is_enabled() &&
+                    (input.requires_grad() ||
+                     (weight && weight->defined() && weight->requires_grad()));
+  if (grad) return rms_norm_decomposed(input, normalized_shape, weight, eps);
+  c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
+  return rms_norm_kernel(input, normalized_shape, weight, eps);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("native_layer_norm", native_layer_norm_kernel);
+  m.impl("_fused_rms_norm", fused_rms_norm_kernel);
+  m.impl("rms_norm", rms_norm_kernel);
+}
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("rms_norm", rms_norm_autograd_kernel);
+}
+
+}  // namespace
+}  // namespace spyre::torch_glue::ops
