@@ -1,0 +1,115 @@
+// Row gathers as device programs (kernels/gather.h): embedding and
+// index_select along any dim but the last (the stick dim: that one goes to
+// the counted CPU fallback). Indices int32 or int64 on the device; an index
+// out of range is a device error raised at launch.
+#include <ATen/WrapDimUtils.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/embedding_ops.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/index_select_ops.h>
+#include <torch/library.h>
+
+#include "kernels/gather.h"
+#include "ops/launch.h"
+#include "ops/matrix_operand.h"
+
+namespace spyre::torch_glue::ops {
+namespace {
+
+bool gatherable(const at::Tensor& table, const at::Tensor& index) {
+  return has_device_dtype(table.scalar_type()) && table.element_size() > 0 &&
+         (index.scalar_type() == at::kLong ||
+          index.scalar_type() == at::kInt) &&
+         index.is_privateuseone();
+}
+
+// out rows = table rows index[...] along `dim` (not the last), the table's
+// other leading dims as batches.
+void run_gather(at::Tensor table, int64_t dim, at::Tensor index,
+                const at::Tensor& out) {
+  if (out.numel() == 0) return;
+  const int64_t n = table.dim();
+  const std::vector<int64_t> batch = dims_except(n - 1, {dim});
+  auto table_view = [&] { return matrix_view(table, batch, {dim}); };
+  std::optional<kernels::Matrix> t = table_view();
+  if (!t) {
+    table = materialize(table);
+    t = table_view();
+  }
+  if (index.dim() == 0) index = index.reshape({1});
+  const kernels::Matrix idx = matrix_operand(index, 0);
+  // out: the table's batches around the index's dims (its rows).
+  const int64_t trailing = n - 1 - dim;  // table dims after `dim`
+  std::vector<int64_t> out_batch, out_rows;
+  for (int64_t d = 0; d + 1 < out.dim(); ++d) {
+    const bool in_index = d >= dim && d < out.dim() - trailing;
+    (in_index ? out_rows : out_batch).push_back(d);
+  }
+  const kernels::Matrix o = *matrix_view(out, out_batch, out_rows);
+  kernels::GatherShape shape{*t, idx, o};
+  std::string key = "gather";
+  for (const auto* m : {&shape.table, &shape.index, &shape.out}) {
+    append_key(key, *m);
+  }
+  const auto& program = cached_program(out.device().index(), key, [&] {
+    return kernels::build_gather(shape, {});
+  });
+  launch(program, {table, index, out});
+}
+
+at::Tensor embedding_kernel(const at::Tensor& weight, const at::Tensor& indices,
+                            c10::SymInt padding_idx, bool scale_grad_by_freq,
+                            bool sparse) {
+  TORCH_CHECK(weight.dim() == 2, "'weight' must be 2-D");
+  if (!gatherable(weight, indices)) {
+    return at::native::call_fallback_fn_symint<
+        &cpu_fallback, at::_ops::embedding>::call(weight, indices, padding_idx,
+                                                  scale_grad_by_freq, sparse);
+  }
+  std::vector<int64_t> sizes = indices.sizes().vec();
+  sizes.push_back(weight.size(1));
+  at::Tensor out =
+      at::empty(sizes, weight.options().memory_format(std::nullopt));
+  run_gather(weight, 0, indices, out);
+  return out;
+}
+
+at::Tensor index_select_kernel(const at::Tensor& self, int64_t dim,
+                               const at::Tensor& index) {
+  TORCH_CHECK_INDEX(index.dim() <= 1,
+                    "index_select(): Index is supposed to be a vector");
+  const int64_t d = at::maybe_wrap_dim(dim, self.dim());
+  if (!gatherable(self, index) || self.dim() == 0 || d == self.dim() - 1) {
+    return at::native::call_fallback_fn<&cpu_fallback,
+                                        at::_ops::index_select>::call(self, dim,
+                                                                      index);
+  }
+  std::vector<int64_t> sizes = self.sizes().vec();
+  sizes[d] = index.numel();
+  at::Tensor out = at::empty(sizes, self.options().memory_format(std::nullopt));
+  if (self.size(d) == 0) {
+    TORCH_CHECK_INDEX(index.numel() == 0,
+                      "index_select(): index out of range for an empty dim");
+    return out;
+  }
+  run_gather(self, d, index, out);
+  return out;
+}
+
+at::Tensor& index_select_out_kernel(const at::Tensor& self, int64_t dim,
+                                    const at::Tensor& index, at::Tensor& out) {
+  at::Tensor r = index_select_kernel(self, dim, index);
+  at::native::resize_output(out, r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("embedding", embedding_kernel);
+  m.impl("index_select", index_select_kernel);
+  m.impl("index_select.out", index_select_out_kernel);
+}
+
+}  // namespace
+}  // namespace spyre::torch_glue::ops
