@@ -73,6 +73,18 @@ void run_matmul(const at::Tensor& a, const at::Tensor& b,
     if (bias && beta != 0) out.add_(*bias, beta);
     return;
   }
+  if (!matrix_view(out, batch)) {
+    // An [M, 1] result cannot be addressed along its sticks (its one
+    // column is not the stick dim): compute C^T = B^T A^T into its
+    // transposed view instead.
+    TORCH_CHECK(out.size(-1) == 1 && out.size(-2) > 1,
+                "spyre: matmul result view not addressable");
+    std::optional<at::Tensor> bias_t;
+    if (bias && beta != 0) bias_t = bias->expand(out.sizes()).transpose(-1, -2);
+    run_matmul(b.transpose(-1, -2), a.transpose(-1, -2), bias_t, alpha, beta,
+               out.transpose(-1, -2), batch);
+    return;
+  }
   Operand oa = operand(a, batch);
   Operand ob = operand(b, batch);
   kernels::MatmulShape shape(oa.matrix, ob.matrix, *matrix_view(out, batch));

@@ -41,13 +41,19 @@ NormResult run_norm(const at::Tensor& input, int64_t normed,
                                    input.sizes().begin() + outer_dims);
   int64_t cols = 1;
   for (int64_t d = outer_dims; d < input.dim(); ++d) cols *= input.size(d);
-  std::vector<int64_t> rows_shape = outer;
+  // Size-1 outer dims are dropped for the kernel: stats laid out with
+  // their last dim along sticks.
+  std::vector<int64_t> rows_shape, squeezed_outer;
+  for (int64_t size : outer) {
+    if (size != 1) squeezed_outer.push_back(size);
+  }
+  rows_shape = squeezed_outer;
   rows_shape.push_back(cols);
   const auto tensor_options = input.options().memory_format(std::nullopt);
   NormResult r;
   r.out = at::empty(input.sizes(), tensor_options);
-  if (!rms) r.mean = at::empty(outer, tensor_options);
-  r.rstd = at::empty(outer, tensor_options);
+  if (!rms) r.mean = at::empty(squeezed_outer, tensor_options);
+  r.rstd = at::empty(squeezed_outer, tensor_options);
   if (input.numel() == 0) {
     if (!rms && r.mean.numel() > 0) {
       r.mean.fill_(std::numeric_limits<double>::quiet_NaN());
@@ -55,7 +61,7 @@ NormResult run_norm(const at::Tensor& input, int64_t normed,
     }
     return r;
   }
-  at::Tensor x = normed == 1 ? input : input.reshape(rows_shape);
+  at::Tensor x = input.reshape(rows_shape);
   kernels::NormShape shape;
   shape.in = matrix_operand(x, 0);
   at::Tensor out2 = r.out.view(rows_shape);
@@ -128,7 +134,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_kernel(
   const int64_t normed = static_cast<int64_t>(normalized_shape.size());
   NormResult r = run_norm(input, normed, weight, bias, eps, false);
   const auto stats = keep_shape(input, normed);
-  return {r.out, r.mean.view(stats), r.rstd.view(stats)};
+  return {r.out, r.mean.reshape(stats), r.rstd.reshape(stats)};
 }
 
 double rms_eps(const at::Tensor& input, std::optional<double> eps) {
@@ -150,7 +156,7 @@ std::tuple<at::Tensor, at::Tensor> fused_rms_norm_kernel(
   const int64_t normed = static_cast<int64_t>(normalized_shape.size());
   NormResult r =
       run_norm(input, normed, weight, std::nullopt, rms_eps(input, eps), true);
-  return {r.out, r.rstd.view(keep_shape(input, normed))};
+  return {r.out, r.rstd.reshape(keep_shape(input, normed))};
 }
 
 // PyTorch's decomposition of rms_norm (in the input's opmath dtype), for

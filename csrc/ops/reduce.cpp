@@ -154,8 +154,27 @@ at::Tensor reduce(const at::Tensor& self, at::OptionalIntArrayRef dim,
                         : (op == ReduceOp::kProd ? 1.0 : 0.0));
     }
   } else {
-    result = reduce_dims(self, dims, op, dtype,
-                         mean ? 1.0 / static_cast<double>(count) : 1.0);
+    // Size-1 dims take no part (and would leave results whose last dim is
+    // not along sticks): reduce the squeezed tensor, view the result back.
+    std::vector<int64_t> kept_sizes, squeezed_dims;
+    for (int64_t d = 0; d < self.dim(); ++d) {
+      if (self.size(d) == 1) continue;
+      if (std::find(dims.begin(), dims.end(), d) != dims.end()) {
+        squeezed_dims.push_back(static_cast<int64_t>(kept_sizes.size()));
+      }
+      kept_sizes.push_back(self.size(d));
+    }
+    const at::Tensor squeezed = self.reshape(kept_sizes);
+    const double factor = mean ? 1.0 / static_cast<double>(count) : 1.0;
+    if (squeezed_dims.empty()) {
+      // Only size-1 dims reduced: each result is its one element.
+      result = kernels::is_arg_reduction(op)
+                   ? at::empty(shape, options).zero_()
+                   : squeezed.mul(factor).to(dtype).reshape(shape);
+    } else {
+      result = reduce_dims(squeezed, squeezed_dims, op, dtype, factor)
+                   .reshape(shape);
+    }
   }
   return keepdim ? keep_dims(result, dims, self.dim()) : result;
 }

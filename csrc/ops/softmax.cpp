@@ -26,6 +26,7 @@ at::Tensor along_last_dim(at::Tensor x, bool log) {
   at::Tensor out =
       at::empty(x.sizes(), x.options().memory_format(std::nullopt));
   if (x.numel() == 0) return out;
+  if (x.dim() == 0 || x.size(-1) == 1) return out.fill_(log ? 0.0 : 1.0);
   const kernels::Matrix in = matrix_operand(x, 0);
   const kernels::Matrix out_m = *matrix_view(out, 0);
   std::string key = log ? "log_softmax" : "softmax";
