@@ -1,0 +1,57 @@
+"""embedding, index_select, cat and stack on the device against the CPU:
+exact (pure data movement), 2-D indices, int32 and int64 indices, middle
+dims, unaligned cat offsets, zero-size; each float dtype; no CPU fallback."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ops_testing import FLOATS, no_fallbacks, offset_view, rand
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    torch.spyre.reset_fallback_stats()
+    yield
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_embedding(dtype):
+    w = rand((97, 150), dtype)
+    for idx in [torch.randint(0, 97, (3, 41)), torch.randint(0, 97, (5,)).int()]:
+        got = F.embedding(idx.to("spyre"), w.to("spyre"))
+        assert torch.equal(got.cpu(), F.embedding(idx.long(), w))
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_index_select(dtype):
+    a = rand((4, 30, 70), dtype)
+    idx = torch.tensor([3, 0, 2, 2, 1])
+    for dim in [0, 1]:
+        got = a.to("spyre").index_select(dim, idx.to("spyre"))
+        assert torch.equal(got.cpu(), a.index_select(dim, idx))
+    v = offset_view(a[0])
+    assert torch.equal(v.index_select(0, idx.to("spyre")).cpu(),
+                       a[0].index_select(0, idx))
+    no_fallbacks()
+
+
+def test_out_of_range_index_raises():
+    w = torch.randn(10, 8).to("spyre")
+    with pytest.raises(RuntimeError):
+        F.embedding(torch.tensor([3, 10]).to("spyre"), w).cpu()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_cat_and_stack(dtype):
+    a, b = rand((3, 5, 67), dtype), rand((3, 2, 67), dtype)
+    x, y = a.to("spyre"), b.to("spyre")
+    assert torch.equal(torch.cat([x, y], 1).cpu(), torch.cat([a, b], 1))
+    c = rand((3, 5, 10), dtype)
+    assert torch.equal(torch.cat([x, c.to("spyre")], -1).cpu(),
+                       torch.cat([a, c], -1))
+    assert torch.equal(torch.stack([x, x], 0).cpu(), torch.stack([a, a], 0))
+    e = torch.zeros(3, 0, 67, dtype=dtype)
+    assert torch.equal(torch.cat([x, e.to("spyre")], 1).cpu(), a)
+    no_fallbacks()

@@ -1,0 +1,100 @@
+"""mm, bmm, addmm, linear, matmul on the device against CPU fp32: odd sizes,
+transposed and offset operands, broadcast batches, zero-size, each dtype,
+no CPU fallback. Tolerances: ops_testing.TOL (one or two ulps of the
+result dtype, the reference computed in fp32 from the same inputs)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ops_testing import FLOATS, assert_matches, no_fallbacks, offset_view, rand
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    torch.spyre.reset_fallback_stats()
+    yield
+
+
+def ref(fn, *tensors):
+    return fn(*(t.float() for t in tensors))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("m,k,n", [(37, 75, 101), (1, 130, 3), (70, 300, 65)])
+def test_mm_odd_sizes(dtype, m, k, n):
+    a, b = rand((m, k), dtype), rand((k, n), dtype)
+    got = torch.mm(a.to("spyre"), b.to("spyre"))
+    assert got.dtype == dtype and got.shape == (m, n)
+    assert_matches(got, ref(torch.mm, a, b), dtype)
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_transposed_and_offset_operands(dtype):
+    a, b = rand((45, 33), dtype), rand((29, 33), dtype)
+    x, y = a.to("spyre"), b.to("spyre")
+    assert_matches(x @ y.t(), ref(lambda p, q: p @ q.t(), a, b), dtype)
+    assert_matches(y.t().t() @ x.t(), ref(lambda p, q: q @ p.t(), a, b), dtype)
+    c = rand((40, 33), dtype)
+    assert_matches(offset_view(c) @ y.t(), ref(lambda p, q: p @ q.t(), c, b),
+                   dtype)
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_addmm_alpha_beta_and_broadcast_bias(dtype):
+    a, b = rand((21, 40), dtype), rand((40, 17), dtype)
+    bias_row, bias_full = rand((17,), dtype), rand((21, 17), dtype)
+    x, y = a.to("spyre"), b.to("spyre")
+    assert_matches(torch.addmm(bias_row.to("spyre"), x, y),
+                   ref(torch.addmm, bias_row, a, b), dtype)
+    got = torch.addmm(bias_full.to("spyre"), x, y, beta=-0.5, alpha=2.0)
+    want = ref(lambda c, p, q: torch.addmm(c, p, q, beta=-0.5, alpha=2.0),
+               bias_full, a, b)
+    assert_matches(got, want, dtype, scale=2)
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_bmm_and_batched_matmul(dtype):
+    a, b = rand((5, 13, 20), dtype), rand((5, 20, 11), dtype)
+    assert_matches(torch.bmm(a.to("spyre"), b.to("spyre")), ref(torch.bmm, a, b),
+                   dtype)
+    q = rand((2, 4, 9, 32), dtype)
+    got = q.to("spyre") @ q.to("spyre").transpose(-2, -1)
+    assert_matches(got, ref(lambda p: p @ p.transpose(-2, -1), q), dtype)
+    w = rand((20, 7), dtype)  # broadcast over the batch
+    assert_matches(a.to("spyre") @ w.to("spyre"), ref(torch.matmul, a, w), dtype)
+    v = rand((20,), dtype)  # matrix-vector
+    assert_matches(a.to("spyre") @ v.to("spyre"), ref(torch.matmul, a, v), dtype)
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_linear_on_three_dim_input(dtype):
+    x, w, b = rand((2, 9, 40), dtype), rand((24, 40), dtype), rand((24,), dtype)
+    got = F.linear(x.to("spyre"), w.to("spyre"), b.to("spyre"))
+    assert got.shape == (2, 9, 24)
+    assert_matches(got, ref(F.linear, x, w, b), dtype)
+    assert_matches(F.linear(x.to("spyre"), w.to("spyre")), ref(F.linear, x, w),
+                   dtype)
+    no_fallbacks()
+
+
+def test_zero_size_and_empty_k():
+    a, b = torch.randn(0, 5), torch.randn(5, 3)
+    assert torch.mm(a.to("spyre"), b.to("spyre")).shape == (0, 3)
+    c = torch.mm(torch.randn(4, 0).to("spyre"), torch.randn(0, 3).to("spyre"))
+    assert torch.equal(c.cpu(), torch.zeros(4, 3))
+
+
+def test_mismatched_shapes_raise_like_cpu():
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        torch.mm(torch.randn(3, 4).to("spyre"), torch.randn(5, 2).to("spyre"))
+
+
+def test_linear_keeps_autograd_when_grad_is_needed():
+    w = torch.randn(6, 5).to("spyre").requires_grad_()
+    y = F.linear(torch.randn(3, 5).to("spyre"), w)
+    assert y.grad_fn is not None

@@ -1,0 +1,77 @@
+"""softmax, log_softmax, layer_norm, rms_norm on the device against CPU
+fp32: every dim for softmax, N-d rows, offset views, affine and plain norms,
+zero-size; each float dtype; no CPU fallback. Tolerances: ops_testing.TOL
+(outputs of magnitude up to a few units, computed in fp32, rounded once)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ops_testing import FLOATS, assert_matches, no_fallbacks, offset_view, rand
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    torch.spyre.reset_fallback_stats()
+    yield
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dim", [-1, 0, 1])
+def test_softmax_log_softmax(dtype, dim):
+    a = rand((5, 19, 130), dtype) * 3
+    x = a.to("spyre")
+    assert_matches(F.softmax(x, dim), F.softmax(a.float(), dim), dtype)
+    assert_matches(F.log_softmax(x, dim), F.log_softmax(a.float(), dim), dtype,
+                   scale=4)
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_softmax_of_offset_view_and_empty(dtype):
+    a = rand((9, 70), dtype)
+    assert_matches(F.softmax(offset_view(a), -1), F.softmax(a.float(), -1), dtype)
+    assert F.softmax(torch.zeros(0, 4).to("spyre"), -1).shape == (0, 4)
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm(dtype, affine):
+    a = rand((2, 9, 201), dtype) * 2 + 1
+    ln = torch.nn.LayerNorm(201, elementwise_affine=affine)
+    if affine:
+        with torch.no_grad():
+            ln.weight.copy_(torch.randn(201))
+            ln.bias.copy_(torch.randn(201))
+    want = ln(a.float())
+    ln = ln.to(dtype)
+    got = ln.to("spyre")(a.to("spyre"))
+    assert_matches(got, want, dtype, scale=4)
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_native_layer_norm_stats_and_two_dim_shape(dtype):
+    a = rand((4, 6, 33), dtype)
+    out, mean, rstd = torch.native_layer_norm(a.to("spyre"), [33], None, None, 1e-5)
+    r_out, r_mean, r_rstd = torch.native_layer_norm(a.float(), [33], None, None, 1e-5)
+    assert mean.shape == r_mean.shape == (4, 6, 1)
+    assert_matches(out, r_out, dtype, scale=4)
+    assert_matches(mean, r_mean, dtype)
+    assert_matches(rstd, r_rstd, dtype, scale=4)
+    got = F.layer_norm(a.to("spyre"), [6, 33])
+    assert_matches(got, F.layer_norm(a.float(), [6, 33]), dtype, scale=4)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_rms_norm(dtype):
+    a, w = rand((3, 7, 90), dtype), rand((90,), dtype)
+    got = F.rms_norm(a.to("spyre"), [90], w.to("spyre"), 1e-6)
+    assert_matches(got, F.rms_norm(a.float(), [90], w.float(), 1e-6), dtype,
+                   scale=4)
+    out, rstd = torch.ops.aten._fused_rms_norm(a.to("spyre"), [90], None, 1e-6)
+    r_out, r_rstd = torch.ops.aten._fused_rms_norm(a.float(), [90], None, 1e-6)
+    assert_matches(out, r_out, dtype, scale=4)
+    assert_matches(rstd, r_rstd, dtype)
+    no_fallbacks()
