@@ -1,5 +1,6 @@
 #include "ops/launch.h"
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/util/Exception.h>
@@ -144,6 +145,17 @@ void write_through_host(const at::Tensor& src, const at::Tensor& dst) {
 }
 
 }  // namespace
+
+bool composite_must_decompose(std::initializer_list<const at::Tensor*> args) {
+  const auto traced = c10::DispatchKeySet(
+      {c10::DispatchKey::Python, c10::DispatchKey::Functionalize});
+  for (const at::Tensor* t : args) {
+    if (t == nullptr || !t->defined()) continue;
+    if (at::GradMode::is_enabled() && t->requires_grad()) return true;
+    if (!(t->key_set() & traced).empty()) return true;
+  }
+  return false;
+}
 
 std::optional<rt::DType> maybe_device_dtype(at::ScalarType type) {
   switch (type) {
@@ -341,23 +353,6 @@ bool write_needs_read(const at::Tensor& tensor, at::IntArrayRef sizes,
   return cols != row;
 }
 
-at::Tensor materialize(const at::Tensor& tensor) {
-  at::Tensor fresh = empty_like_default(tensor);
-  if (tensor.numel() == 0) return fresh;
-  if (stick_operand(tensor).has_value()) {
-    ++counters().device_materializations;
-    launch_elementwise("copy", {tensor}, fresh, {kernels::copy_step()});
-    return fresh;
-  }
-  write_through_host(tensor, fresh);
-  return fresh;
-}
-
-at::Tensor addressable(const at::Tensor& tensor) {
-  if (tensor.numel() == 0 || stick_operand(tensor).has_value()) return tensor;
-  return materialize(tensor);
-}
-
 namespace {
 
 // The iteration space of an elementwise launch: out's dims of size > 1 (or
@@ -406,6 +401,30 @@ bool same_view(const at::Tensor& a, const std::vector<int64_t>& a_strides,
 }
 
 }  // namespace
+
+// A device copy into a fresh tensor works when the copy kernel can read
+// `tensor` over the fresh tensor's iteration; a column view copied into a
+// row of sticks cannot (it would itself need materializing), so it goes
+// through the host.
+at::Tensor materialize(const at::Tensor& tensor) {
+  at::Tensor fresh = empty_like_default(tensor);
+  if (tensor.numel() == 0) return fresh;
+  const Iteration it(fresh);
+  if (stick_operand(tensor, it.sizes(), it.strides(tensor, fresh.dim(), false),
+                    tensor.storage_offset())
+          .has_value()) {
+    ++counters().device_materializations;
+    launch_elementwise("copy", {tensor}, fresh, {kernels::copy_step()});
+    return fresh;
+  }
+  write_through_host(tensor, fresh);
+  return fresh;
+}
+
+at::Tensor addressable(const at::Tensor& tensor) {
+  if (tensor.numel() == 0 || stick_operand(tensor).has_value()) return tensor;
+  return materialize(tensor);
+}
 
 void launch_elementwise(const std::string& name,
                         c10::ArrayRef<at::Tensor> inputs, const at::Tensor& out,

@@ -42,6 +42,7 @@
 #include <c10/util/FunctionRef.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 
@@ -56,6 +57,13 @@ namespace spyre::torch_glue {
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 namespace ops {
+
+// A composite op (linear, matmul, rms_norm) this backend runs as one launch
+// must still decompose the way PyTorch's CompositeImplicitAutograd kernel
+// would when autograd has to record it or when a tracer (fake tensors,
+// functionalization under torch.compile) sees it: those modes then see the
+// ops it is made of rather than this backend's kernel.
+bool composite_must_decompose(std::initializer_list<const at::Tensor*> args);
 
 // The device dtype of a torch dtype; nullopt when the device has none
 // (float64, int16, ...: such ops go to the CPU fallback).

@@ -201,14 +201,6 @@ at::Tensor& addmm_out_kernel(const at::Tensor& self, const at::Tensor& mat1,
   return out;
 }
 
-bool grad_needed(std::initializer_list<const at::Tensor*> tensors) {
-  if (!at::GradMode::is_enabled()) return false;
-  for (const at::Tensor* t : tensors) {
-    if (t != nullptr && t->defined() && t->requires_grad()) return true;
-  }
-  return false;
-}
-
 // linear with the input's leading dims kept as row dims of one product:
 // out [..., N] = input [..., K] @ weight[N, K]^T + bias.
 at::Tensor linear_kernel(const at::Tensor& input, const at::Tensor& weight,
@@ -238,7 +230,7 @@ at::Tensor linear_kernel(const at::Tensor& input, const at::Tensor& weight,
 at::Tensor linear_autograd_kernel(const at::Tensor& input,
                                   const at::Tensor& weight,
                                   const std::optional<at::Tensor>& bias) {
-  if (grad_needed({&input, &weight, bias ? &*bias : nullptr})) {
+  if (composite_must_decompose({&input, &weight, bias ? &*bias : nullptr})) {
     return at::native::linear(input, weight, bias);
   }
   c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
@@ -270,7 +262,7 @@ at::Tensor matmul_kernel(const at::Tensor& a, const at::Tensor& b) {
 }
 
 at::Tensor matmul_autograd_kernel(const at::Tensor& a, const at::Tensor& b) {
-  if (grad_needed({&a, &b})) return at::native::matmul(a, b);
+  if (composite_must_decompose({&a, &b})) return at::native::matmul(a, b);
   c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
   return matmul_kernel(a, b);
 }

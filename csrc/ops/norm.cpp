@@ -64,8 +64,17 @@ NormResult run_norm(const at::Tensor& input, int64_t normed,
   at::Tensor x = input.reshape(rows_shape);
   kernels::NormShape shape;
   shape.in = matrix_operand(x, 0);
+  // Several normalised dims flattened into one row: the output's own layout
+  // pads its last dim, so that row is no matrix view of it. Write a flat
+  // tensor then and copy it into the output's layout.
   at::Tensor out2 = r.out.view(rows_shape);
-  shape.out = *matrix_view(out2, 0);
+  std::optional<kernels::Matrix> out_view = matrix_view(out2, 0);
+  const bool out_direct = out_view.has_value();
+  if (!out_direct) {
+    out2 = at::empty(rows_shape, tensor_options);
+    out_view = matrix_view(out2, 0);
+  }
+  shape.out = *out_view;
   std::vector<at::Tensor> args{x, out2};
   auto vector_arg = [&](const at::Tensor& t) {
     at::Tensor flat = t.reshape({1, cols});
@@ -94,6 +103,7 @@ NormResult run_norm(const at::Tensor& input, int64_t normed,
     return kernels::build_norm(shape, options);
   });
   launch(program, args);
+  if (!out_direct) device_copy(out2.view(input.sizes()), r.out);
   return r;
 }
 
@@ -192,16 +202,15 @@ at::Tensor rms_norm_kernel(const at::Tensor& input,
       input, c10::asIntArrayRefUnchecked(normalized_shape), weight, eps));
 }
 
-// rms_norm is composite: keep PyTorch's decomposition where autograd must
-// record the graph.
+// rms_norm is composite: keep PyTorch's decomposition where autograd or a
+// tracer must see its parts.
 at::Tensor rms_norm_autograd_kernel(const at::Tensor& input,
                                     c10::SymIntArrayRef normalized_shape,
                                     const std::optional<at::Tensor>& weight,
                                     std::optional<double> eps) {
-  const bool grad = at::GradMode::is_enabled() &&
-                    (input.requires_grad() ||
-                     (weight && weight->defined() && weight->requires_grad()));
-  if (grad) return rms_norm_decomposed(input, normalized_shape, weight, eps);
+  if (composite_must_decompose({&input, weight ? &*weight : nullptr})) {
+    return rms_norm_decomposed(input, normalized_shape, weight, eps);
+  }
   c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
   return rms_norm_kernel(input, normalized_shape, weight, eps);
 }

@@ -119,6 +119,22 @@ def test_unaddressable_views_are_materialized_and_counted():
     no_fallbacks()
 
 
+@pytest.mark.parametrize("width", [1, 3])
+def test_column_views_copied_into_a_row_of_sticks(width):
+    # A [rows, width] column view materialized for a [rows, width] output
+    # of fewer elements than a stick: the device copy cannot read it over
+    # the output's iteration, so it goes through the host (this recursed
+    # until the stack overflowed: torch.diff and F.pad(mode="circular")).
+    a = rand((5, width + 1), torch.float32)
+    x = a.to("spyre")
+    assert torch.equal((x[:, 1:] - x[:, :-1]).cpu(), a[:, 1:] - a[:, :-1])
+    assert torch.equal(torch.diff(x).cpu(), torch.diff(a))
+    b = rand((1, 2, 6, 7), torch.float32)
+    pad = torch.nn.functional.pad
+    got = pad(b.to("spyre"), (1, 2, 2, 1), mode="circular")
+    assert torch.equal(got.cpu(), pad(b, (1, 2, 2, 1), mode="circular"))
+
+
 @pytest.mark.parametrize("shapes", [((5, 1), (5, 130)), ((130,), (4, 130)),
                                     ((3, 1, 67), (1, 4, 67)), ((), (9, 9)),
                                     ((7, 1, 1), (7, 3, 65))])
