@@ -358,20 +358,46 @@ kernels::Matrix matrix_of(const MatrixTuple& t) {
   return m;
 }
 
+constexpr kernels::Activation kActivations[] = {
+    kernels::Activation::kNone, kernels::Activation::kRelu,
+    kernels::Activation::kGelu, kernels::Activation::kGeluTanh,
+    kernels::Activation::kSilu};
+
+kernels::Activation activation_of(const std::string& name) {
+  for (kernels::Activation act : kActivations) {
+    if (name == kernels::activation_name(act)) return act;
+  }
+  throw std::invalid_argument("spyre program: unknown matmul activation '" +
+                              name + "'");
+}
+
+std::vector<std::string> activation_names() {
+  std::vector<std::string> names;
+  for (kernels::Activation act : kActivations) {
+    names.emplace_back(kernels::activation_name(act));
+  }
+  return names;
+}
+
 // A matrix product built once by the kernel library's builder (the same one
 // the eager ops use). Returns the program and its plan's description.
+// `naive` selects the builder's documented baseline lowering (benchmarks).
 std::pair<ProgramSpec, std::string> build_matmul_program(
     const MatrixTuple& a, const MatrixTuple& b, const MatrixTuple& c,
     const std::optional<MatrixTuple>& bias, bool a_transposed,
-    bool b_transposed, double alpha, double beta, uint32_t max_cores) {
+    bool b_transposed, double alpha, double beta,
+    const std::string& activation, uint32_t max_cores, bool naive) {
   kernels::MatmulShape shape(matrix_of(a), matrix_of(b), matrix_of(c));
   shape.a_transposed = a_transposed;
   shape.b_transposed = b_transposed;
   if (bias) shape.bias = matrix_of(*bias);
   shape.alpha = alpha;
   shape.beta = beta;
+  shape.activation = activation_of(activation);
   kernels::MatmulOptions options;
   options.max_cores = max_cores;
+  options.lowering = naive ? kernels::MatmulLowering::kNaive
+                           : kernels::MatmulLowering::kPlanned;
   const kernels::MatmulPlan plan = kernels::plan_matmul(shape, options);
   return {ProgramSpec(kernels::build_matmul(shape, plan, options)),
           plan.describe()};
@@ -382,7 +408,11 @@ void bind_builders(py::module_& m) {
         py::arg("c"), py::arg("bias") = std::nullopt,
         py::arg("a_transposed") = false, py::arg("b_transposed") = false,
         py::arg("alpha") = 1.0, py::arg("beta") = 1.0,
-        py::arg("max_cores") = 32);
+        py::arg("activation") = "none", py::arg("max_cores") = 32,
+        py::arg("naive") = false);
+  m.def("matmul_activations", &activation_names,
+        "Epilogue activations build_matmul applies (names as in "
+        "kernels::activation_name).");
 }
 
 namespace glue = spyre::torch_glue;

@@ -130,3 +130,45 @@ def test_extern_path_when_switched_off():
         torch.testing.assert_close(out.cpu().float(), a.float() @ b.float(), **MATMUL_TOL)
     finally:
         config.matmul_programs = True
+
+
+# --------------------------------------------------------------------------
+# Epilogues: linear + bias + activation as one device program
+# --------------------------------------------------------------------------
+
+ACTS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+        "gelu_tanh": lambda y: F.gelu(y, approximate="tanh")}
+
+
+@pytest.mark.parametrize("act", list(ACTS))
+@pytest.mark.parametrize("shape", [(40, 64), (2, 24, 64)], ids=["2d", "3d"])
+def test_linear_bias_activation_is_one_program(act, shape):
+    lin = nn.Linear(64, 96).half()
+    fn = ACTS[act]
+    _, kernels = compile_products(lambda x, w, b: fn(F.linear(x, w, b)),
+                                  torch.randn(*shape, dtype=h) / 8, lin.weight.detach(),
+                                  lin.bias.detach(), programs=1)
+    assert kernels[0]["activation"] == act
+
+
+def test_activation_of_a_bmm_fuses():
+    _, kernels = compile_products(lambda a, b: torch.relu(a @ b), scaled(3, 40, 64, k=64),
+                                  torch.randn(3, 64, 72, dtype=h), programs=1)
+    assert kernels[0]["activation"] == "relu"
+
+
+def test_product_read_elsewhere_keeps_its_activation_separate():
+    # the pre-activation value is an output too: no fusion, two programs
+    def f(x, w):
+        y = x @ w
+        return y, torch.relu(y)
+    _, kernels = compile_products(f, scaled(32, 64, k=64), torch.randn(64, 64, dtype=h),
+                                  programs=2)
+    assert kernels[0]["activation"] == "none"
+
+
+def test_non_activation_epilogue_stays_a_pointwise_program():
+    # y * 2 + 1 is no activation the builder applies: product + one pointwise program
+    _, kernels = compile_products(lambda x, w: (x @ w) * 2.0 + 1.0, scaled(32, 64, k=64),
+                                  torch.randn(64, 64, dtype=h), programs=2)
+    assert kernels[0]["activation"] == "none"

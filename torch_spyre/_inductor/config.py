@@ -17,3 +17,6 @@ max_cores = 32
 # decompose to) to device programs built at compile time; off: they stay
 # Inductor extern kernels running the eager op library.
 matmul_programs = True
+# Tile and core-grid choice of matrix products by the builder's cost model;
+# off: the builder's documented naive lowering (benchmarks).
+matmul_tiling = True

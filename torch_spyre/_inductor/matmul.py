@@ -483,14 +483,12 @@ def output_layout(name: str, dtype, size) -> BufferLayout:
 
 def build_matmul_program(kernel_name: str, a_in, b_in, bias_in, out_name: str, out_size,
                          dtype, alpha: float, beta: float, activation: str,
-                         max_cores: int):
+                         max_cores: int, naive: bool = False):
     """The device program of activation(alpha * a @ b + beta * bias) into a
     fresh contiguous output `out_name` of `out_size`. Inputs are Inductor IR
     nodes. Returns (ProgramSpec, argument buffer names in slot order, info)."""
     from .. import _C
     what = kernel_name
-    if activation != "none":
-        raise SpyreLoweringError(f"{what}: the kernel library has no {activation!r} epilogue")
     operands = []
     for role, ir_node in (("a", a_in), ("b", b_in)):
         name, size, stride, offset = _view_of(ir_node)
@@ -523,7 +521,8 @@ def build_matmul_program(kernel_name: str, a_in, b_in, bias_in, out_name: str, o
         spec, plan = _C.build_matmul(tuples[0], tuples[1], tuples[2],
                                      tuples[3] if bias else None,
                                      a_transposed=a.transposed, b_transposed=b.transposed,
-                                     alpha=alpha, beta=beta, max_cores=max_cores)
+                                     alpha=alpha, beta=beta, activation=activation,
+                                     max_cores=max_cores, naive=naive)
     except _C.KernelBuildError as e:
         # no tile fits the scratchpad: a compile error, never a wrong program
         raise SpyreKernelTooLarge(f"{what}: {e}") from e
@@ -560,7 +559,7 @@ def lower_extern_product(wrapper, node) -> bool:
         a, b, bias, alpha, beta, activation = values
         spec, arg_names, info = build_matmul_program(
             kernel_name, a, b, bias, out_name, size, out.get_dtype(), float(alpha),
-            float(beta), activation, config.max_cores)
+            float(beta), activation, config.max_cores, naive=not config.matmul_tiling)
     except SpyreLoweringError as e:
         if isinstance(e, SpyreKernelTooLarge):
             raise
