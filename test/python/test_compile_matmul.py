@@ -172,3 +172,19 @@ def test_non_activation_epilogue_stays_a_pointwise_program():
     _, kernels = compile_products(lambda x, w: (x @ w) * 2.0 + 1.0, scaled(32, 64, k=64),
                                   torch.randn(64, 64, dtype=h), programs=2)
     assert kernels[0]["activation"] == "none"
+
+
+def test_operand_in_another_stick_layout_is_relaid_out_once():
+    # (p @ v).transpose(1, 2).reshape(b, s, d): the transposed copy is stored
+    # [b, s, heads, d_head] (sticks of d_head); the projection reads rows of d
+    # = heads * d_head, so one re-layout into [b, s, d] sticks is inserted
+    def attention_out(p, v, w):
+        b, heads, s, dh = v.shape
+        return ((p @ v).transpose(1, 2).reshape(b, s, heads * dh)) @ w.t()
+    p = torch.softmax(torch.randn(2, 4, 16, 16), -1).half()
+    v, w = torch.randn(2, 4, 16, 16, dtype=h), scaled(64, 64, k=64)
+    spyre_matmul.reset_fallback_counts()
+    # three programs: p @ v, the transposing copy, the projection
+    _, kernels = compile_products(attention_out, p, v, w, programs=3)
+    assert spyre_matmul.relayouts_inserted() == 1
+    assert [len(k["relayouts"]) for k in kernels] == [0, 1]

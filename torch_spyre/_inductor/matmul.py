@@ -108,6 +108,23 @@ def count_fallback(reason: str) -> None:
 def reset_fallback_counts() -> None:
     with _lock:
         _fallbacks.clear()
+        _relayouts[0] = 0
+
+
+_relayouts = [0]
+
+
+def relayouts_inserted() -> int:
+    """Operand copies into another stick layout written into compiled
+    modules in this process (where a producer's layout is not the one a
+    product reads)."""
+    with _lock:
+        return _relayouts[0]
+
+
+def count_relayout() -> None:
+    with _lock:
+        _relayouts[0] += 1
 
 
 # --------------------------------------------------------------------------
@@ -371,6 +388,33 @@ def _piece_bytes(layout: BufferLayout, piece: Piece, what: str) -> int:
                              f"{layout.name} by {piece.step} elements")
 
 
+class NeedsRelayout(SpyreLoweringError):
+    """The view's columns merge trailing dims of its storage, so in the
+    storage's layout they are several sticks apart; in the layout of the same
+    storage with those dims merged (`host_sizes`) the view is a matrix."""
+
+    def __init__(self, message: str, host_sizes: tuple):
+        super().__init__(message)
+        self.host_sizes = host_sizes
+
+
+def _merged_stick_layout(layout: BufferLayout, size, stride) -> Optional[tuple]:
+    """Host sizes of `layout` with its trailing dims merged into one stick dim
+    of the view's column count, when the view's columns are contiguous and
+    cover exactly those dims; None otherwise."""
+    cols, col_stride = size[-1], stride[-1]
+    if col_stride != 1:
+        return None
+    acc = 1
+    for j in range(layout.rank - 1, -1, -1):
+        acc *= layout.host_sizes[j]
+        if acc == cols and j < layout.rank - 1:
+            return tuple(layout.host_sizes[:j]) + (cols,)
+        if acc > cols:
+            return None
+    return None
+
+
 @dataclasses.dataclass
 class OperandMatrix:
     """A view [batch..., R, C] of a buffer as the kernel library's strided
@@ -418,8 +462,12 @@ def operand_matrix(buffer: str, layout: BufferLayout, size, stride, offset: int,
     elif along[0]:
         transposed, row_ps, col_ps = True, pieces[-1], pieces[-2]
     else:
-        raise SpyreLoweringError(f"{what}: neither matrix dim of the view {size} / {stride} "
-                                 f"walks the sticks of {buffer} {list(layout.host_sizes)}")
+        message = (f"{what}: neither matrix dim of the view {size} / {stride} walks the "
+                   f"sticks of {buffer} {list(layout.host_sizes)}")
+        merged = _merged_stick_layout(layout, size, stride)
+        if merged is not None:
+            raise NeedsRelayout(message, merged)
+        raise SpyreLoweringError(message)
     rows = [(p.size, _piece_bytes(layout, p, what)) for p in row_ps]
     batch = [(p.size, _piece_bytes(layout, p, what)) for ps in pieces[:-2] for p in ps]
     return OperandMatrix(buffer, layout, transposed, byte_offset, rows, col_ps[0].size,
@@ -489,11 +537,20 @@ def build_matmul_program(kernel_name: str, a_in, b_in, bias_in, out_name: str, o
     nodes. Returns (ProgramSpec, argument buffer names in slot order, info)."""
     from .. import _C
     what = kernel_name
-    operands = []
+    operands, relayouts = [], []
     for role, ir_node in (("a", a_in), ("b", b_in)):
         name, size, stride, offset = _view_of(ir_node)
-        operands.append(operand_matrix(name, buffer_layout(name), size, stride, offset,
-                                       f"{what}: operand {role}"))
+        try:
+            operands.append(operand_matrix(name, buffer_layout(name), size, stride, offset,
+                                           f"{what}: operand {role}"))
+        except NeedsRelayout as need:
+            # producer and consumer disagree on the stick dim: a copy of the
+            # storage in the layout the product reads (same host image)
+            copy = f"{name}_sticks_{len(relayouts)}_{kernel_name}"
+            layout = BufferLayout(copy, buffer_layout(name).dtype, need.host_sizes)
+            operands.append(operand_matrix(copy, layout, size, stride, offset,
+                                           f"{what}: operand {role}"))
+            relayouts.append(Relayout(name, copy, need.host_sizes))
     a, b = operands
     out_size = [int(s) for s in out_size]
     c_layout = output_layout(out_name, dtype, out_size)
@@ -531,8 +588,17 @@ def build_matmul_program(kernel_name: str, a_in, b_in, bias_in, out_name: str, o
         spec.set_arg(slot, m.buffer, list(m.layout.device_size))
     info = dict(kind="matmul", plan=plan, activation=activation, cores=spec.num_cores,
                 instructions=spec.instruction_count,
-                transposed=[a.transposed, b.transposed])
+                transposed=[a.transposed, b.transposed], relayouts=relayouts)
     return spec, arg_names, info
+
+
+@dataclasses.dataclass(frozen=True)
+class Relayout:
+    """`source`'s storage copied into a fresh storage `copy` whose device
+    layout is the default one of `host_sizes` (the same host image)."""
+    source: str
+    copy: str
+    host_sizes: tuple
 
 
 def lower_extern_product(wrapper, node) -> bool:
@@ -567,7 +633,25 @@ def lower_extern_product(wrapper, node) -> bool:
         return False
     info.update(nodes=[out_name])
     define_kernel(wrapper, kernel_name, spec, arg_names, info)
+    for r in info["relayouts"]:
+        _write_relayout(wrapper, r, out.get_device())
     wrapper.writeline(wrapper.make_allocation(out_name, out.get_device(), out.get_dtype(),
                                               tuple(size), tuple(stride)))
     wrapper.writeline(f"{kernel_name}.launch([{', '.join(arg_names)}])")
+    for r in info["relayouts"]:
+        wrapper.writeline(f"del {r.copy}")
     return True
+
+
+def _write_relayout(wrapper, r: Relayout, device) -> None:
+    """Allocates the copy in its layout and copies the source into it on the
+    device (the eager copy program)."""
+    from torch._inductor.virtualized import V
+    source = V.graph.get_buffer(r.source)
+    sizes = [V.graph.sizevars.guard_int(n) for n in source.get_size()]
+    host = list(r.host_sizes)
+    strides = [math.prod(host[i + 1:]) for i in range(len(host))]
+    wrapper.writeline(wrapper.make_allocation(r.copy, device, source.get_dtype(), tuple(host),
+                                              tuple(strides)))
+    wrapper.writeline(f"{r.copy}.view({tuple(sizes)}).copy_({r.source})")
+    count_relayout()
