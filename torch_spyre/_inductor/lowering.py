@@ -191,6 +191,37 @@ def _split_cols(space: Space, subs):
     return new_space, new_subs
 
 
+# Reductions over rows longer than this walk them in chunks of a divisor of
+# the row (accumulating Reduce instructions), so a block fits the scratchpad.
+RED_SPLIT_THRESHOLD = 32768
+RED_CHUNK_RANGE = (1024, 8192)
+
+
+def _reduction_chunk(n: int) -> Optional[int]:
+    """The largest divisor of n in RED_CHUNK_RANGE, preferring whole sticks."""
+    lo, hi = RED_CHUNK_RANGE
+    divisors = [c for c in range(hi, lo - 1, -1) if n % c == 0]
+    whole = [c for c in divisors if c % 64 == 0]
+    return (whole or divisors or [None])[0]
+
+
+def _split_reduced_cols(spaces, subs, chunk: int):
+    """Each node's reduced (col) var c of size n becomes chunk * q + k: q an
+    accumulated outer reduced var, k the col var of one chunk."""
+    q = sympy.Symbol("rq", integer=True, nonnegative=True)
+    new_spaces, new_subs = [], []
+    for space, sub in zip(spaces, subs):
+        cl = space.col[0]
+        new_spaces.append(Space(list(space.outer), space.row, (cl, chunk),
+                                [(q, space.cols // chunk)]))
+        sub = dict(sub)
+        for own, role in list(sub.items()):
+            if role == cl:
+                sub[own] = chunk * q + cl
+        new_subs.append(sub)
+    return new_spaces, new_subs
+
+
 def check_group(name: str, nodes: list[CapturedNode], removable: set) -> KernelPlan:
     """Checks that the nodes share one space; raises SpyreLoweringError
     otherwise (the scheduler then keeps them in separate kernels)."""
@@ -204,6 +235,10 @@ def check_group(name: str, nodes: list[CapturedNode], removable: set) -> KernelP
     if space.cols > COL_SPLIT_THRESHOLD and not any(n.is_reduction for n in nodes):
         space, subs = _split_cols(space, subs)
         spaces = [space] * len(nodes)
+    elif space.cols > RED_SPLIT_THRESHOLD and all(n.is_reduction for n in nodes) and \
+            not any(s.red_outer for s in spaces) and _reduction_chunk(space.cols):
+        spaces, subs = _split_reduced_cols(spaces, subs, _reduction_chunk(space.cols))
+        space = spaces[0]
     produced = {}
     for i, n in enumerate(nodes):
         for st in n.stores:

@@ -243,8 +243,10 @@ def _ancestors_within(end, start, inside):
 
 def _fake_call(target, args):
     from torch._guards import detect_fake_mode
-    fakes = [_val(a) if isinstance(a, torch.fx.Node) else a for a in args]
-    mode = detect_fake_mode([f for f in fakes if isinstance(f, torch.Tensor)])
+    fakes = torch.fx.node.map_aggregate(
+        list(args), lambda a: _val(a) if isinstance(a, torch.fx.Node) else a)
+    leaves = torch.utils._pytree.tree_leaves(fakes)
+    mode = detect_fake_mode([f for f in leaves if isinstance(f, torch.Tensor)])
     with mode:
         return target(*fakes)
 
@@ -281,7 +283,7 @@ def rewrite_matmuls(gm: torch.fx.GraphModule, supported_activations) -> int:
         new = _insert(graph, MATMUL_OP, [a, b, bias, alpha, beta, activation], anchor)
         result = new
         if match and start is not node:
-            result = _insert(graph, start.target, [new, list(_val(start).shape)], anchor)
+            result = _insert(graph, start.target, [new, start.args[1]], anchor)
             anchor.replace_all_uses_with(result)
         else:
             anchor.replace_all_uses_with(new)

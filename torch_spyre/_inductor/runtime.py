@@ -15,13 +15,14 @@ import threading
 from .. import _C
 
 _lock = threading.Lock()
-_stats = {"kernels_loaded": 0, "launches": 0, "relayouts": 0}
+_stats = {"kernels_loaded": 0, "launches": 0, "relayouts": 0, "host_kernels": 0}
 
 
 def stats() -> dict:
     """Counters of compiled spyre kernels in this process: programs loaded,
     launches (each one a device program run through the patcher), input
-    tensors copied into the device layout a kernel was built for."""
+    tensors copied into the device layout a kernel was built for, runs of
+    host fallback kernels (kernels the device lowering rejected)."""
     with _lock:
         return dict(_stats)
 
@@ -90,3 +91,23 @@ class SpyreKernel:
 def get_raw_stream(device_index: int) -> int:
     import torch
     return torch.spyre.current_stream(device_index).stream_id
+
+
+def count_host_kernel(name: str) -> None:
+    with _lock:
+        _stats["host_kernels"] += 1
+
+
+def _storage_numel(tensor) -> int:
+    return tensor.untyped_storage().nbytes() // tensor.element_size()
+
+
+def host_storage(tensor):
+    """A host copy of `tensor`'s whole storage as a flat tensor (the index
+    space of Inductor's index expressions)."""
+    return tensor.as_strided((_storage_numel(tensor),), (1,), 0).cpu()
+
+
+def write_back(tensor, flat) -> None:
+    """Copies a flat host image back into `tensor`'s whole storage."""
+    tensor.as_strided((_storage_numel(tensor),), (1,), 0).copy_(flat)

@@ -12,8 +12,8 @@ from torch._inductor.utils import sympy_product
 from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 
-from .capture import SpyreLoweringError, capture_node
-from .lowering import check_group, lower_kernel
+from .capture import SpyreKernelTooLarge, SpyreLoweringError, capture_node
+from .lowering import _loads, check_group, lower_kernel
 
 # Kernels compiled in this process, for tests and benchmarks: name -> info.
 compiled_kernels: dict = {}
@@ -87,8 +87,15 @@ class SpyreScheduling(sched.BaseScheduling):
                         self.scheduler.can_buffer_be_removed_through_fusion(name, fused_names):
                     removable.add(name)
         kernel_name = new_kernel_name(nodes[0].get_name())
-        plan = check_group(kernel_name, [self._capture(n) for n in nodes], removable)
-        spec, arg_names, info = lower_kernel(plan)
+        captured = [self._capture(n) for n in nodes]
+        try:
+            plan = check_group(kernel_name, captured, removable)
+            spec, arg_names, info = lower_kernel(plan)
+        except SpyreKernelTooLarge:
+            raise  # a clear compile error, never a wrong program
+        except SpyreLoweringError as e:
+            self._host_fallback(kernel_name, nodes, captured, e)
+            return
         info.update(nodes=[n.get_name() for n in nodes])
         define_kernel(wrapper, kernel_name, spec, arg_names, info)
         with V.set_kernel_handler(Kernel()):
@@ -96,6 +103,31 @@ class SpyreScheduling(sched.BaseScheduling):
                 n.mark_run()
         wrapper.writeline(f"{kernel_name}.launch([{', '.join(arg_names)}])")
         V.graph.removed_buffers |= plan.internal
+        self.free_buffers_in_scheduler()
+
+    def _host_fallback(self, kernel_name, nodes, captured, error) -> None:
+        """A kernel the device lowering rejects runs as a counted host
+        evaluation of its loop bodies (host_kernel.py)."""
+        from .host_kernel import host_kernel_source, record
+        reason = str(error).split(": ", 1)[-1]
+        produced = [st.buffer for c in captured for st in c.stores]
+        produced = list(dict.fromkeys(produced))
+        loads = []
+        for c in captured:
+            for v in _loads(c):
+                if v.args[0] not in produced and v.args[0] not in loads:
+                    loads.append(v.args[0])
+        source = host_kernel_source(kernel_name, captured, loads, produced)
+        record(reason)
+        compiled_kernels[kernel_name] = dict(name=kernel_name, kind="host", reason=reason,
+                                             nodes=[n.get_name() for n in nodes],
+                                             args=loads + produced)
+        wrapper = V.graph.wrapper_code
+        wrapper.header.splice(f"# {kernel_name}: host fallback ({reason})\n{source}")
+        with V.set_kernel_handler(Kernel()):
+            for n in nodes:
+                n.mark_run()
+        wrapper.writeline(f"{kernel_name}({', '.join(loads + produced)})")
         self.free_buffers_in_scheduler()
 
     def codegen_template(self, template_node, epilogue_nodes, prologue_nodes):

@@ -1,0 +1,87 @@
+"""torch.compile on spyre: what the device lowering cannot take is a counted
+host fallback (never a compile failure or a wrong answer); reductions over
+rows longer than a scratchpad block are split; dynamic shapes recompile."""
+
+import pytest
+import torch
+
+from compile_util import REDUCTION_TOL, to_spyre
+from torch_spyre._inductor import host_kernel, runtime, scheduling
+
+h = torch.float16
+
+
+def compile_run(fn, *args, **kwargs):
+    torch._dynamo.reset()
+    scheduling.compiled_kernels.clear()
+    runtime.reset_stats()
+    with torch._inductor.config.patch(force_disable_caches=True):
+        out = torch.compile(fn, **kwargs)(*to_spyre(args))
+    torch.spyre.synchronize()
+    return out, [k.get("kind", "device") for k in scheduling.compiled_kernels.values()]
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("reshape_of_transpose", lambda a: a.t().reshape(-1) * 2.0),
+    ("flip", lambda a: a.flip(0) + 1.0),
+    ("modular_view", lambda a: a.t().reshape(5, 12).exp()),
+])
+def test_non_affine_index_is_a_counted_host_fallback(name, fn):
+    x = torch.randn(6, 10, dtype=h)
+    before = host_kernel.host_kernel_counts()
+    out, kinds = compile_run(fn, x)
+    torch.testing.assert_close(out.cpu().float(), fn(x.float()), atol=2e-3, rtol=2e-3)
+    assert "host" in kinds
+    host = [k for k in scheduling.compiled_kernels.values() if k.get("kind") == "host"]
+    assert all(k["reason"] for k in host)  # reported with the lowering's reason
+    assert sum(host_kernel.host_kernel_counts().values()) == sum(before.values()) + len(host)
+    assert runtime.stats()["host_kernels"] == len(host)
+
+
+def test_host_fallback_next_to_device_programs():
+    # the affine part of the graph stays device programs
+    def f(a):
+        return torch.softmax(a, -1), a.t().reshape(-1) * 2.0
+    x = torch.randn(6, 10, dtype=h)
+    (soft, flat), kinds = compile_run(f, x)
+    assert "device" in kinds and "host" in kinds
+    torch.testing.assert_close(soft.cpu().float(), torch.softmax(x.float(), -1), atol=1e-2,
+                               rtol=1e-2)
+    torch.testing.assert_close(flat.cpu().float(), x.float().t().reshape(-1) * 2, atol=2e-3,
+                               rtol=2e-3)
+
+
+@pytest.mark.parametrize("op,shape", [("sum", (4, 300000)), ("amax", (3, 200000)),
+                                      ("mean", (2, 131072)), ("var", (2, 131072)),
+                                      ("sum_all", (300000,))])
+def test_reduction_over_rows_longer_than_a_block(op, shape):
+    fns = {"sum": lambda a: a.sum(-1), "amax": lambda a: a.amax(-1),
+           "mean": lambda a: a.mean(-1), "var": lambda a: a.var(-1),
+           "sum_all": lambda a: a.sum()}
+    x = torch.randn(*shape, dtype=h)
+    out, kinds = compile_run(fns[op], x)
+    assert set(kinds) == {"device"}
+    ref = fns[op](x.float())
+    # an fp16 sum of 300k O(1) terms is O(500): one rounding there is 0.25
+    torch.testing.assert_close(out.cpu().float(), ref, atol=0.5, rtol=REDUCTION_TOL["rtol"])
+
+
+def test_dynamic_true_matmul_and_linear_recompile_per_shape():
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, w, b: torch.relu(torch.nn.functional.linear(a, w, b)),
+                      dynamic=True)
+    w, b = torch.randn(32, 64, dtype=h) / 8, torch.randn(32, dtype=h)
+    with torch.no_grad():
+        for shape in ((2, 16, 64), (3, 20, 64), (40, 64)):
+            x = torch.randn(*shape, dtype=h)
+            out = f(*to_spyre([x, w, b]))
+            ref = torch.relu(torch.nn.functional.linear(x.float(), w.float(), b.float()))
+            torch.testing.assert_close(out.cpu().float(), ref, atol=1e-2, rtol=1e-2)
+
+
+def test_matmul_with_a_k_far_beyond_the_scratchpad_is_tiled():
+    # K = 200k (400 KB per row of A): the builder walks K in tiles
+    a, b = torch.randn(8, 200000, dtype=h) / 400, torch.randn(200000, 8, dtype=h)
+    out, kinds = compile_run(lambda x, y: x @ y, a, b)
+    assert kinds == ["matmul"]
+    torch.testing.assert_close(out.cpu().float(), a.float() @ b.float(), atol=1e-2, rtol=1e-2)
