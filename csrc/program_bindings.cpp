@@ -19,6 +19,7 @@
 #include "allocator.h"
 #include "device_state.h"
 #include "kernels/matmul.h"
+#include "kernels/mlp.h"
 #include "kernels/program_builder.h"
 #include "ops/launch.h"
 #include "spyre/runtime/error.h"
@@ -385,8 +386,8 @@ std::vector<std::string> activation_names() {
 std::pair<ProgramSpec, std::string> build_matmul_program(
     const MatrixTuple& a, const MatrixTuple& b, const MatrixTuple& c,
     const std::optional<MatrixTuple>& bias, bool a_transposed,
-    bool b_transposed, double alpha, double beta,
-    const std::string& activation, uint32_t max_cores, bool naive) {
+    bool b_transposed, double alpha, double beta, const std::string& activation,
+    uint32_t max_cores, bool naive) {
   kernels::MatmulShape shape(matrix_of(a), matrix_of(b), matrix_of(c));
   shape.a_transposed = a_transposed;
   shape.b_transposed = b_transposed;
@@ -403,7 +404,37 @@ std::pair<ProgramSpec, std::string> build_matmul_program(
           plan.describe()};
 }
 
+// A fused MLP (up-projection, activation, down-projection) in one program,
+// by the kernel library's builder. Slots: x, w_up, w_down, y, then b_up and
+// b_down when given.
+std::pair<ProgramSpec, std::string> build_mlp_program(
+    const MatrixTuple& x, const MatrixTuple& w_up, const MatrixTuple& w_down,
+    const MatrixTuple& y, const std::optional<MatrixTuple>& b_up,
+    const std::optional<MatrixTuple>& b_down, bool w_up_transposed,
+    bool w_down_transposed, const std::string& activation, uint32_t max_cores) {
+  kernels::MlpShape shape;
+  shape.x = matrix_of(x);
+  shape.w_up = matrix_of(w_up);
+  shape.w_down = matrix_of(w_down);
+  shape.y = matrix_of(y);
+  shape.w_up_transposed = w_up_transposed;
+  shape.w_down_transposed = w_down_transposed;
+  if (b_up) shape.b_up = matrix_of(*b_up);
+  if (b_down) shape.b_down = matrix_of(*b_down);
+  shape.activation = activation_of(activation);
+  kernels::MlpOptions options;
+  options.max_cores = max_cores;
+  const kernels::MlpPlan plan = kernels::plan_mlp(shape, options);
+  return {ProgramSpec(kernels::build_mlp(shape, plan, options)),
+          plan.describe()};
+}
+
 void bind_builders(py::module_& m) {
+  m.def("build_mlp", &build_mlp_program, py::arg("x"), py::arg("w_up"),
+        py::arg("w_down"), py::arg("y"), py::arg("b_up") = std::nullopt,
+        py::arg("b_down") = std::nullopt, py::arg("w_up_transposed") = false,
+        py::arg("w_down_transposed") = false, py::arg("activation") = "gelu",
+        py::arg("max_cores") = 32);
   m.def("build_matmul", &build_matmul_program, py::arg("a"), py::arg("b"),
         py::arg("c"), py::arg("bias") = std::nullopt,
         py::arg("a_transposed") = false, py::arg("b_transposed") = false,

@@ -110,7 +110,8 @@ def test_programs_are_built_once_and_launched_per_call():
         with torch.spyre.strict():
             for _ in range(3):
                 out = compiled(a, w)
-    assert runtime.stats() == {"kernels_loaded": 0, "launches": 3, "relayouts": 0}
+    assert runtime.stats() == {"kernels_loaded": 0, "launches": 3, "relayouts": 0,
+                               "host_kernels": 0}
     assert torch.spyre.op_stats()["program_misses"] == 0  # nothing built or loaded
     assert len(scheduling.compiled_kernels) == lowered   # nothing lowered again
     torch.testing.assert_close(out.cpu().float(), a.cpu().float() @ w.cpu().float().t(),
@@ -188,3 +189,47 @@ def test_operand_in_another_stick_layout_is_relaid_out_once():
     _, kernels = compile_products(attention_out, p, v, w, programs=3)
     assert spyre_matmul.relayouts_inserted() == 1
     assert [len(k["relayouts"]) for k in kernels] == [0, 1]
+
+
+# --------------------------------------------------------------------------
+# Fused MLP: up-projection, activation, down-projection as one program
+# --------------------------------------------------------------------------
+
+def mlp_params(d, hidden, e, bias=True):
+    up, down = nn.Linear(d, hidden, bias=bias).half(), nn.Linear(hidden, e, bias=bias).half()
+    params = [up.weight.detach(), down.weight.detach()]
+    if bias:
+        params += [up.bias.detach(), down.bias.detach()]
+    return params
+
+
+@pytest.mark.parametrize("act", ["gelu", "relu", "silu"])
+@pytest.mark.parametrize("shape", [(40, 64), (2, 24, 64)], ids=["2d", "3d"])
+def test_mlp_is_one_program(act, shape):
+    w1, w2, b1, b2 = mlp_params(64, 256, 64)
+    fn = ACTS[act]
+    _, kernels = compile_products(lambda x, w1_, w2_, b1_, b2_:
+                                  F.linear(fn(F.linear(x, w1_, b1_)), w2_, b2_),
+                                  torch.randn(*shape, dtype=h) / 8, w1, w2, b1, b2, programs=1)
+    assert [k["kind"] for k in kernels] == [] and \
+        [k["kind"] for k in scheduling.compiled_kernels.values()] == ["mlp"]
+
+
+def test_mlp_ragged_without_bias():
+    w1, w2 = mlp_params(70, 150, 33, bias=False)
+    compile_products(lambda x, a, b: F.linear(F.gelu(F.linear(x, a)), b),
+                     torch.randn(37, 70, dtype=h) / 8, w1, w2, programs=1)
+
+
+def test_mlp_fusion_switched_off_is_two_programs():
+    from torch_spyre._inductor import config
+    w1, w2, b1, b2 = mlp_params(64, 128, 64)
+    config.mlp_fusion = False
+    try:
+        _, kernels = compile_products(lambda x, a, b, c, d: F.linear(F.relu(F.linear(x, a, c)),
+                                                                     b, d),
+                                      torch.randn(32, 64, dtype=h) / 8, w1, w2, b1, b2,
+                                      programs=2)
+    finally:
+        config.mlp_fusion = True
+    assert [k["activation"] for k in kernels] == ["relu", "none"]

@@ -120,3 +120,28 @@ def test_transformer_block():
 def test_tiny_transformer():
     torch.manual_seed(0)
     run_compiled(TinyTransformer(), torch.randint(0, 100, (2, 16)))
+
+
+def test_example_tiny_transformer_products_are_device_programs():
+    # examples/tiny_transformer.py's model, inference: every matrix product
+    # (qkv, scores, attention, projection, fused MLP, head) is a device
+    # program; only the embedding lookups may run eagerly
+    import pathlib
+    import sys
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
+    try:
+        from tiny_transformer import TinyTransformer as ExampleTransformer
+    finally:
+        sys.path.pop(0)
+    from torch_spyre._inductor import matmul as spyre_matmul
+    from torch_spyre._inductor import scheduling
+    torch.manual_seed(0)
+    model = ExampleTransformer(vocab=128, dim=64, heads=4, layers=2, context=32)
+    scheduling.compiled_kernels.clear()
+    spyre_matmul.reset_fallback_counts()
+    with torch.no_grad(), torch._inductor.config.patch(force_disable_caches=True):
+        run_compiled(model, torch.randint(0, 128, (2, 32)))
+    kinds = [k.get("kind", "pointwise") for k in scheduling.compiled_kernels.values()]
+    # per block: qkv, scores, attention @ v, projection, fused MLP; and the head
+    assert kinds.count("matmul") == 2 * 4 + 1 and kinds.count("mlp") == 2
+    assert spyre_matmul.fallback_counts() == {}

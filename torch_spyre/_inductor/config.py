@@ -20,3 +20,7 @@ matmul_programs = True
 # Tile and core-grid choice of matrix products by the builder's cost model;
 # off: the builder's documented naive lowering (benchmarks).
 matmul_tiling = True
+# Lower linear -> activation -> linear to the kernel library's fused MLP (one
+# program, the intermediate resident in the scratchpads); off: two matmul
+# programs with the intermediate in device memory.
+mlp_fusion = True

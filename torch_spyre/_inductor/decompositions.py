@@ -212,7 +212,8 @@ def apply_spyre_rewrites(gm: torch.fx.GraphModule) -> None:
     from . import config
     from .matmul import rewrite_matmuls, supported_activations
     if config.matmul_programs and rewrite_matmuls(
-            gm, supported_activations() if config.fusion else ("none",)):
+            gm, supported_activations() if config.fusion else ("none",),
+            fuse_mlp=config.fusion and config.mlp_fusion):
         changed = True
     if changed:
         gm.graph.lint()

@@ -258,11 +258,12 @@ def _insert(graph, target, args, before):
     return node
 
 
-def rewrite_matmuls(gm: torch.fx.GraphModule, supported_activations) -> int:
+def rewrite_matmuls(gm: torch.fx.GraphModule, supported_activations,
+                    fuse_mlp: bool = True) -> int:
     """Replaces matrix products on spyre by spyre_inductor::matmul (with
     their activation epilogues) and matmul -> activation -> matmul chains
-    by spyre_inductor::mlp when `mlp_supported()`; returns the number of
-    products rewritten."""
+    by spyre_inductor::mlp when `fuse_mlp` and the kernel library builds
+    fused MLPs; returns the number of products rewritten."""
     graph = gm.graph
     rewritten = 0
     for node in list(graph.nodes):
@@ -289,7 +290,7 @@ def rewrite_matmuls(gm: torch.fx.GraphModule, supported_activations) -> int:
             anchor.replace_all_uses_with(new)
         rewritten += 1
     graph.eliminate_dead_code()
-    if mlp_supported():
+    if fuse_mlp and mlp_supported():
         _fuse_mlps(graph)
     return rewritten
 
@@ -531,6 +532,81 @@ def output_layout(name: str, dtype, size) -> BufferLayout:
     return BufferLayout(name, dtype, tuple(int(s) for s in size if s != 1))
 
 
+def _input_operand(ir_node, what: str, kernel_name: str, relayouts: list) -> OperandMatrix:
+    """An input view as a matrix; when its columns merge sticks of its
+    storage's layout, a copy in the merged layout (appended to `relayouts`)."""
+    name, size, stride, offset = _view_of(ir_node)
+    try:
+        return operand_matrix(name, buffer_layout(name), size, stride, offset, what)
+    except NeedsRelayout as need:
+        # producer and consumer disagree on the stick dim: a copy of the
+        # storage in the layout the product reads (same host image)
+        copy = f"{name}_sticks_{len(relayouts)}_{kernel_name}"
+        layout = BufferLayout(copy, buffer_layout(name).dtype, need.host_sizes)
+        relayouts.append(Relayout(name, copy, need.host_sizes))
+        return operand_matrix(copy, layout, size, stride, offset, what)
+
+
+def _output_operand(out_name: str, dtype, out_size: list, what: str) -> OperandMatrix:
+    strides = [math.prod(out_size[i + 1:]) for i in range(len(out_size))]
+    c = operand_matrix(out_name, output_layout(out_name, dtype, out_size), out_size, strides,
+                       0, f"{what}: output")
+    if c.transposed:
+        raise SpyreLoweringError(f"{what}: an output with one column is stored along sticks")
+    return c
+
+
+def _bias_operand(ir_node, out_size: list, dtype, what: str) -> OperandMatrix:
+    """The bias view broadcast (stride 0) to `out_size`."""
+    name, bsize, bstride, offset = _view_of(ir_node)
+    pad = len(out_size) - len(bsize)
+    bsize, bstride = [1] * pad + bsize, [0] * pad + bstride
+    stride = [0 if n == 1 else s for n, s in zip(bsize, bstride)]
+    bias = operand_matrix(name, buffer_layout(name), list(out_size), stride, offset,
+                          f"{what}: bias")
+    if bias.transposed or bias.layout.dtype != dtype:
+        raise SpyreLoweringError(f"{what}: the bias must be stored along its columns in the "
+                                 "output's dtype")
+    return bias
+
+
+def build_mlp_program(kernel_name: str, x_in, w_up_in, b_up_in, w_down_in, b_down_in,
+                      out_name: str, out_size, dtype, activation: str, max_cores: int):
+    """The fused MLP program (kernel library's build_mlp): x [M, D] @ w_up
+    [D, H] (+ b_up) -> activation -> @ w_down [H, E] (+ b_down), the
+    intermediate resident in the scratchpads."""
+    from .. import _C
+    what = kernel_name
+    relayouts = []
+    x = _input_operand(x_in, f"{what}: x", kernel_name, relayouts)
+    w_up = _input_operand(w_up_in, f"{what}: w_up", kernel_name, relayouts)
+    w_down = _input_operand(w_down_in, f"{what}: w_down", kernel_name, relayouts)
+    out_size = [int(s) for s in out_size]
+    y = _output_operand(out_name, dtype, out_size, what)
+    if x.transposed or x.batch_pieces or y.batch_pieces:
+        raise SpyreLoweringError(f"{what}: the fused MLP takes a 2-d x stored by rows")
+    b_up = None if b_up_in is None else _bias_operand(
+        b_up_in, [1, _view_of(w_up_in)[1][-1]], dtype, f"{what}: b_up")
+    b_down = None if b_down_in is None else _bias_operand(
+        b_down_in, [1, out_size[-1]], dtype, f"{what}: b_down")
+    mats = [x, w_up, w_down, y] + [m for m in (b_up, b_down) if m is not None]
+    try:
+        spec, plan = _C.build_mlp(*[m.as_tuple() for m in (x, w_up, w_down, y)],
+                                  b_up=b_up.as_tuple() if b_up else None,
+                                  b_down=b_down.as_tuple() if b_down else None,
+                                  w_up_transposed=w_up.transposed,
+                                  w_down_transposed=w_down.transposed,
+                                  activation=activation, max_cores=max_cores)
+    except _C.KernelBuildError as e:
+        raise SpyreLoweringError(f"{what}: the fused MLP does not fit: {e}") from e
+    for slot, m in enumerate(mats):
+        spec.set_arg(slot, m.buffer, list(m.layout.device_size))
+    info = dict(kind="mlp", plan=plan, activation=activation, cores=spec.num_cores,
+                instructions=spec.instruction_count,
+                transposed=[w_up.transposed, w_down.transposed], relayouts=relayouts)
+    return spec, [m.buffer for m in mats], info
+
+
 def build_matmul_program(kernel_name: str, a_in, b_in, bias_in, out_name: str, out_size,
                          dtype, alpha: float, beta: float, activation: str,
                          max_cores: int, naive: bool = False):
@@ -539,40 +615,12 @@ def build_matmul_program(kernel_name: str, a_in, b_in, bias_in, out_name: str, o
     nodes. Returns (ProgramSpec, argument buffer names in slot order, info)."""
     from .. import _C
     what = kernel_name
-    operands, relayouts = [], []
-    for role, ir_node in (("a", a_in), ("b", b_in)):
-        name, size, stride, offset = _view_of(ir_node)
-        try:
-            operands.append(operand_matrix(name, buffer_layout(name), size, stride, offset,
-                                           f"{what}: operand {role}"))
-        except NeedsRelayout as need:
-            # producer and consumer disagree on the stick dim: a copy of the
-            # storage in the layout the product reads (same host image)
-            copy = f"{name}_sticks_{len(relayouts)}_{kernel_name}"
-            layout = BufferLayout(copy, buffer_layout(name).dtype, need.host_sizes)
-            operands.append(operand_matrix(copy, layout, size, stride, offset,
-                                           f"{what}: operand {role}"))
-            relayouts.append(Relayout(name, copy, need.host_sizes))
-    a, b = operands
+    relayouts = []
+    a = _input_operand(a_in, f"{what}: operand a", kernel_name, relayouts)
+    b = _input_operand(b_in, f"{what}: operand b", kernel_name, relayouts)
     out_size = [int(s) for s in out_size]
-    c_layout = output_layout(out_name, dtype, out_size)
-    c_strides = [math.prod(out_size[i + 1:]) for i in range(len(out_size))]
-    c = operand_matrix(out_name, c_layout, out_size, c_strides, 0, f"{what}: output")
-    if c.transposed:
-        raise SpyreLoweringError(f"{what}: an output with one column is stored along sticks")
-    bias = None
-    if bias_in is not None:
-        name, bsize, bstride, offset = _view_of(bias_in)
-        # the bias view broadcast to the output's dims (stride 0)
-        pad = len(out_size) - len(bsize)
-        bsize, bstride = [1] * pad + bsize, [0] * pad + bstride
-        size = list(out_size)
-        stride = [0 if n == 1 else s for n, s in zip(bsize, bstride)]
-        bias = operand_matrix(name, buffer_layout(name), size, stride, offset,
-                              f"{what}: bias")
-        if bias.transposed or bias.layout.dtype != dtype:
-            raise SpyreLoweringError(f"{what}: the bias must be stored along its columns in "
-                                     "the output's dtype")
+    c = _output_operand(out_name, dtype, out_size, what)
+    bias = None if bias_in is None else _bias_operand(bias_in, out_size, dtype, what)
     mats = [a, b, c] + ([bias] if bias else [])
     batches = common_batch_pieces([m.batch_pieces for m in mats], what)
     tuples = [m.as_tuple(bp) for m, bp in zip(mats, batches)]
@@ -624,10 +672,16 @@ def lower_extern_product(wrapper, node) -> bool:
         if stride != [math.prod(size[i + 1:]) for i in range(len(size))]:
             raise SpyreLoweringError(f"{kernel_name}: the output {size} / {stride} is not "
                                      "contiguous")
-        a, b, bias, alpha, beta, activation = values
-        spec, arg_names, info = build_matmul_program(
-            kernel_name, a, b, bias, out_name, size, out.get_dtype(), float(alpha),
-            float(beta), activation, config.max_cores, naive=not config.matmul_tiling)
+        if node.op_overload == MLP_OP:
+            x, w_up, b_up, w_down, b_down, activation = values
+            spec, arg_names, info = build_mlp_program(
+                kernel_name, x, w_up, b_up, w_down, b_down, out_name, size, out.get_dtype(),
+                activation, config.max_cores)
+        else:
+            a, b, bias, alpha, beta, activation = values
+            spec, arg_names, info = build_matmul_program(
+                kernel_name, a, b, bias, out_name, size, out.get_dtype(), float(alpha),
+                float(beta), activation, config.max_cores, naive=not config.matmul_tiling)
     except SpyreLoweringError as e:
         if isinstance(e, SpyreKernelTooLarge):
             raise
