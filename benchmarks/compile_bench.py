@@ -12,12 +12,23 @@ launches, each waited for: torch_spyre._inductor.runtime.profile). Cases:
   buffering   double-buffered scratchpad regions vs one region
               -- softmax 4096x2048 (several blocks per core)
   cores       blocks over 32 cores vs one core -- softmax 512x1024
-Prints a table and writes compile_bench.json (to --out).
+  tiling      the matmul builder's planned tiles/core grid vs its naive
+              lowering -- matmul 1024^3
+  epilogue    linear + bias + gelu as one program vs product and a
+              pointwise program
+  mlp         the fused MLP program vs two matmul programs (intermediate
+              through device memory)
+A second table compares compiled matrix products as device programs against
+the extern path (config.matmul_programs=False: Inductor's extern kernel, run
+by the eager op library): host wall time per call (median of 5) and modelled
+device time, side by side.
+Prints the tables and writes compile_bench.json (to --out).
 """
 
 import argparse
 import json
 import pathlib
+import statistics
 import time
 
 import torch
@@ -52,6 +63,46 @@ def modelled_ns(fn, args, **switches):
     return prof.device_time_ns(), len(prof.launches), sum(util) / max(1, len(util))
 
 
+def wall_and_device(fn, args, reps=5, **switches):
+    """Compiles fn under the switches; returns (median host wall us per call,
+    modelled device us of its compiled launches, eager-library launches and
+    CPU fallbacks per call)."""
+    saved = {k: getattr(spyre_config, k) for k in switches}
+    try:
+        for k, v in switches.items():
+            setattr(spyre_config, k, v)
+        torch._dynamo.reset()
+        with torch._inductor.config.patch(force_disable_caches=True):
+            compiled = torch.compile(fn)
+            dev = [a.to("spyre") for a in args]
+            compiled(*dev)
+            torch.spyre.synchronize()
+            walls = []
+            torch.spyre.reset_op_stats()
+            torch.spyre.reset_fallback_stats()
+            for _ in range(reps):
+                start = time.perf_counter()
+                compiled(*dev)
+                torch.spyre.synchronize()
+                walls.append(time.perf_counter() - start)
+            eager = torch.spyre.op_stats()["launches"] / reps
+            fallbacks = sum(torch.spyre.fallback_stats().values()) / reps
+            with runtime.profile() as prof:
+                compiled(*dev)
+    finally:
+        for k, v in saved.items():
+            setattr(spyre_config, k, v)
+    return statistics.median(walls) * 1e6, prof.device_time_ns() / 1e3, eager, fallbacks
+
+
+def gelu_linear(x, w, b):
+    return F.gelu(F.linear(x, w, b))
+
+
+def mlp(x, w1, b1, w2, b2):
+    return F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)
+
+
 def layer_norm(x, w, b):
     return F.layer_norm(x, (x.shape[-1],), w, b)
 
@@ -73,6 +124,24 @@ CASES = [
      lambda: [torch.randn(4096, 2048, dtype=h)], dict(double_buffer=False)),
     ("softmax 512x1024", "cores", lambda a: torch.softmax(a, -1),
      lambda: [torch.randn(512, 1024, dtype=h)], dict(max_cores=1)),
+    ("matmul 1024x1024x1024", "tiling", lambda a, b: a @ b,
+     lambda: [torch.randn(1024, 1024, dtype=h) / 32, torch.randn(1024, 1024, dtype=h)],
+     dict(matmul_tiling=False)),
+    ("linear+bias+gelu 512x768->3072", "epilogue", gelu_linear,
+     lambda: [torch.randn(512, 768, dtype=h) / 8, torch.randn(3072, 768, dtype=h) / 28,
+              torch.randn(3072, dtype=h)], dict(fusion=False)),
+    ("mlp 512x768x3072x768", "mlp", mlp,
+     lambda: [torch.randn(512, 768, dtype=h) / 8, torch.randn(3072, 768, dtype=h) / 28,
+              torch.randn(3072, dtype=h), torch.randn(768, 3072, dtype=h) / 55,
+              torch.randn(768, dtype=h)], dict(mlp_fusion=False)),
+]
+
+EXTERN_CASES = [
+    ("matmul 512x1024x768", lambda a, b: a @ b,
+     lambda: [torch.randn(512, 1024, dtype=h) / 32, torch.randn(1024, 768, dtype=h)]),
+    ("linear 2x128x768->768", lambda x, w, b: F.linear(x, w, b),
+     lambda: [torch.randn(2, 128, 768, dtype=h) / 8, torch.randn(768, 768, dtype=h) / 28,
+              torch.randn(768, dtype=h)]),
 ]
 
 
@@ -124,11 +193,24 @@ def main():
                          optimised_launches=opt_launches, naive_launches=naive_launches,
                          optimised_core_utilization=opt_util,
                          naive_core_utilization=naive_util))
+    extern_rows = []
+    for name, fn, make in EXTERN_CASES:
+        inputs = make()
+        prog_wall, prog_dev, prog_eager, prog_fb = wall_and_device(fn, inputs)
+        ext_wall, ext_dev, ext_eager, ext_fb = wall_and_device(fn, inputs,
+                                                               matmul_programs=False)
+        extern_rows.append(dict(case=name, program_wall_us=prog_wall,
+                                program_device_us=prog_dev,
+                                extern_wall_us=ext_wall, extern_compiled_device_us=ext_dev,
+                                extern_eager_launches_per_call=ext_eager,
+                                extern_cpu_fallbacks_per_call=ext_fb,
+                                program_eager_launches_per_call=prog_eager,
+                                program_cpu_fallbacks_per_call=prog_fb))
     spyre_s = compile_seconds("spyre")
     cpu_s = compile_seconds("cpu")
     props = torch.spyre.get_device_properties()
     result = dict(benchmark="compile_bench", timing_table_version=props.timing_table_version,
-                  cases=rows, compile_seconds=dict(tiny_transformer_spyre=spyre_s,
+                  cases=rows, matmul_program_vs_extern=extern_rows, compile_seconds=dict(tiny_transformer_spyre=spyre_s,
                                                    tiny_transformer_cpu_inductor=cpu_s,
                                                    ratio=spyre_s / cpu_s))
     print(f"{'case':28s} {'compares':10s} {'optimised us':>13s} {'naive us':>10s} "
@@ -138,6 +220,12 @@ def main():
               f"{r['naive_us']:10.2f} {r['saving_pct']:6.1f}% "
               f"{r['optimised_launches']:>4d}/{r['naive_launches']:<4d} "
               f"{r['optimised_core_utilization']:7.2f}/{r['naive_core_utilization']:.2f}")
+    print(f"\n{'matmul: program vs extern':28s} {'program wall us':>16s} "
+          f"{'device us':>10s} {'extern wall us':>15s} {'extern eager/CPU per call':>26s}")
+    for r in extern_rows:
+        print(f"{r['case']:28s} {r['program_wall_us']:16.1f} {r['program_device_us']:10.2f} "
+              f"{r['extern_wall_us']:15.1f} {r['extern_eager_launches_per_call']:>12.0f}/"
+              f"{r['extern_cpu_fallbacks_per_call']:<.0f}")
     print(f"compile time, 2-block tiny transformer: spyre {spyre_s:.2f} s, "
           f"CPU Inductor {cpu_s:.2f} s (ratio {spyre_s / cpu_s:.2f})")
     out = pathlib.Path(args.out)

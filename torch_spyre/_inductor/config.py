@@ -1,7 +1,7 @@
 """Switches of the spyre lowering. The defaults are the optimised lowering;
-the benchmarks turn them off to measure the naive one against it. They are
-not part of Inductor's cache key: compile with caches disabled
-(torch._inductor.config.force_disable_caches) after changing them."""
+the benchmarks turn them off to measure the naive one against it. Their
+values are part of Inductor's cache key (the spyre post-grad pass's uuid), so
+a module compiled under other switches is never reused."""
 
 # Fuse pointwise chains and reductions with their epilogues into one program
 # (intermediates stay in the scratchpad), and matrix products with their
@@ -24,3 +24,9 @@ matmul_tiling = True
 # program, the intermediate resident in the scratchpads); off: two matmul
 # programs with the intermediate in device memory.
 mlp_fusion = True
+
+
+def snapshot() -> dict:
+    """The current switches (what the cache key includes)."""
+    return {k: v for k, v in globals().items()
+            if not k.startswith("_") and isinstance(v, (bool, int, float, str, tuple))}

@@ -228,7 +228,10 @@ class SpyrePostGradPass(CustomGraphModulePass):
         # Inductor's cache key: the text of the whole spyre compiler (this
         # pass, the lowering, the wrapper), so a changed lowering never
         # reuses a module compiled by the old one
+        # and the lowering switches (config.py), which change the programs
+        from . import config
         digest = hashlib.sha256()
         for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
             digest.update(path.read_bytes())
+        digest.update(repr(config.snapshot()).encode())
         return digest.hexdigest()
