@@ -122,3 +122,68 @@ def test_views_of_a_larger_storage_are_relaid_out():
         torch.testing.assert_close(out.cpu().float(), big[part].float() * 3, atol=1e-2,
                                    rtol=2e-3)
     assert runtime.stats()["relayouts"] == 2
+
+
+LAYOUT_CODE = """
+    import json, torch
+    from torch_spyre._inductor import runtime, scheduling
+    from torch._dynamo.utils import counters
+    f = torch.compile(lambda x, w: torch.softmax(x * 2.0, -1) @ w, backend="spyre")
+    torch.manual_seed(0)
+    base, w = torch.randn(2, 16, 64, dtype=torch.float16), torch.randn(16, 32, dtype=torch.float16)
+    ref = torch.softmax(base.view(2, 16, 4, 16).float() * 2.0, -1) @ w.float()
+    inputs = {
+        # storage [2, 16, 4, 16]: sticks of 16 elements
+        "own": base.view(2, 16, 4, 16).contiguous().to("spyre"),
+        # storage [2, 16, 64] seen as [2, 16, 4, 16]: sticks of 64 elements
+        "merged": base.to("spyre").view(2, 16, 4, 16),
+    }
+    result = {}
+    for name, x in inputs.items():
+        lowered = len(scheduling.compiled_kernels)
+        runtime.reset_stats()
+        out = f(x, w.to("spyre")).cpu().float()
+        result[name] = dict(lowered=len(scheduling.compiled_kernels) - lowered,
+                            relayouts=runtime.stats()["relayouts"],
+                            ok=bool(torch.allclose(out, ref, atol=2e-2, rtol=2e-2)))
+    result["misses"] = counters["inductor"]["fxgraph_cache_miss"]
+    result["hits"] = counters["inductor"]["fxgraph_cache_hit"]
+    print(json.dumps(result))
+"""
+
+
+def test_input_device_layout_is_part_of_the_key(tmp_path, fresh_python):
+    # backend="spyre": the same graph with inputs in two device layouts is
+    # two compiled variants under two cache keys; each reads its input's
+    # storage as it is (no conversion at launch); a second process loads
+    # both from the cache and compiles nothing
+    import json
+    env = dict(TORCHINDUCTOR_CACHE_DIR=str(tmp_path), TORCHINDUCTOR_FX_GRAPH_CACHE="1")
+    first = fresh_python(LAYOUT_CODE, **env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = fresh_python(LAYOUT_CODE, **env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    a = json.loads(first.stdout.strip().splitlines()[-1])
+    b = json.loads(second.stdout.strip().splitlines()[-1])
+    for run in (a, b):
+        for name in ("own", "merged"):
+            assert run[name]["ok"] and run[name]["relayouts"] == 0
+    assert a["misses"] == 2 and a["hits"] == 0  # two layouts: two keys
+    assert a["own"]["lowered"] > 0 and a["merged"]["lowered"] > 0
+    assert b["misses"] == 0 and b["hits"] == 2
+    assert b["own"]["lowered"] == 0 and b["merged"]["lowered"] == 0
+
+
+def test_default_backend_converts_an_input_in_another_layout_at_launch():
+    # backend="inductor" sees no device layouts (Dynamo guards on sizes and
+    # strides only): programs assume the default layout of each input's shape
+    # and a launch converts an input stored otherwise (counted)
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: x * 3.0)
+    base = torch.randn(2, 16, 64, dtype=h)
+    x = base.to("spyre").view(2, 16, 4, 16)
+    runtime.reset_stats()
+    out = f(x)
+    assert runtime.stats()["relayouts"] == 1
+    torch.testing.assert_close(out.cpu().float(), base.view(2, 16, 4, 16).float() * 3,
+                               atol=1e-2, rtol=2e-3)

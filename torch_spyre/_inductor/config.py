@@ -24,6 +24,25 @@ matmul_tiling = True
 # program, the intermediate resident in the scratchpads); off: two matmul
 # programs with the intermediate in device memory.
 mlp_fusion = True
+# Device layouts of the graph inputs' storages, set per compiled variant by
+# backend="spyre" (layouts.input_layout_signature); empty: every input is
+# assumed in the default layout of its own shape (a launch converts others).
+input_layouts = ()
+
+
+def patch(**values):
+    """Context manager setting switches for the duration of a compile."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def scope():
+        saved = {k: globals()[k] for k in values}
+        globals().update(values)
+        try:
+            yield
+        finally:
+            globals().update(saved)
+    return scope()
 
 
 def snapshot() -> dict:

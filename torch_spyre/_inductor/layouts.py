@@ -145,7 +145,53 @@ def buffer_layout(name: str) -> BufferLayout:
             f"buffer {name} (size {sizes}, stride {strides}, offset {offset}) is not a dense "
             "tensor starting its storage; the spyre backend binds whole storages in their "
             "default layout (make the input contiguous before the compiled call)")
-    return BufferLayout(name, buf.get_dtype(), host_sizes)
+    return BufferLayout(name, buf.get_dtype(), _input_grouping(name, host_sizes) or host_sizes)
+
+
+def input_layout_signature(inputs) -> tuple:
+    """(position, host sizes, device size) of the storage layout of every
+    spyre tensor among a graph's inputs: what a compiled variant assumes."""
+    signature = []
+    for i, t in enumerate(inputs):
+        if isinstance(t, torch.Tensor) and t.device.type == "spyre":
+            lay = t.device_tensor_layout()
+            signature.append((i, tuple(lay.host_size), tuple(lay.device_size)))
+    return tuple(signature)
+
+
+def _coarsens(coarse: tuple, fine: tuple) -> bool:
+    """Whether `coarse` merges runs of adjacent dims of `fine` (same numel)."""
+    i, acc = 0, 1
+    for size in fine:
+        acc *= size
+        if i < len(coarse) and acc == coarse[i]:
+            i, acc = i + 1, 1
+        elif i >= len(coarse) or acc > coarse[i]:
+            return False
+    return i == len(coarse) and acc == 1
+
+
+def _input_grouping(name: str, host_sizes: tuple):
+    """The host sizes of a graph input's storage when backend="spyre" saw
+    it in the default layout of a coarser shape (a view such as
+    x.view(b, s, h, d) of a [b, s, h*d] tensor): programs then read the
+    storage as it is instead of a launch converting it."""
+    from . import config
+    if not config.input_layouts:
+        return None
+    names = list(V.graph.graph_input_names)
+    if name not in names:
+        return None
+    position = names.index(name)
+    for i, storage_sizes, device_size in config.input_layouts:
+        if i != position:
+            continue
+        squeezed = tuple(n for n in storage_sizes if n != 1) or (1,)
+        dtype = V.graph.get_dtype(name)
+        if squeezed != host_sizes and _coarsens(squeezed, host_sizes) and \
+                list(BufferLayout(name, dtype, squeezed).device_size) == list(device_size):
+            return squeezed
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
