@@ -204,7 +204,7 @@ def mlp_params(d, hidden, e, bias=True):
 
 
 @pytest.mark.parametrize("act", ["gelu", "relu", "silu"])
-@pytest.mark.parametrize("shape", [(40, 64), (2, 24, 64)], ids=["2d", "3d"])
+@pytest.mark.parametrize("shape", [(160, 64), (2, 80, 64)], ids=["2d", "3d"])
 def test_mlp_is_one_program(act, shape):
     w1, w2, b1, b2 = mlp_params(64, 256, 64)
     fn = ACTS[act]
@@ -218,7 +218,7 @@ def test_mlp_is_one_program(act, shape):
 def test_mlp_ragged_without_bias():
     w1, w2 = mlp_params(70, 150, 33, bias=False)
     compile_products(lambda x, a, b: F.linear(F.gelu(F.linear(x, a)), b),
-                     torch.randn(37, 70, dtype=h) / 8, w1, w2, programs=1)
+                     torch.randn(150, 70, dtype=h) / 8, w1, w2, programs=1)
 
 
 def test_mlp_fusion_switched_off_is_two_programs():
@@ -228,8 +228,19 @@ def test_mlp_fusion_switched_off_is_two_programs():
     try:
         _, kernels = compile_products(lambda x, a, b, c, d: F.linear(F.relu(F.linear(x, a, c)),
                                                                      b, d),
-                                      torch.randn(32, 64, dtype=h) / 8, w1, w2, b1, b2,
+                                      torch.randn(160, 64, dtype=h) / 8, w1, w2, b1, b2,
                                       programs=2)
     finally:
         config.mlp_fusion = True
     assert [k["activation"] for k in kernels] == ["relu", "none"]
+
+
+def test_mlp_with_few_rows_stays_two_programs():
+    # 40 rows of 64: streaming the weights to every core group costs more
+    # than the intermediate's round trip (fused only from 2 * D rows)
+    w1, w2, b1, b2 = mlp_params(64, 256, 64)
+    _, kernels = compile_products(lambda x, a, b, c, d: F.linear(F.gelu(F.linear(x, a, c)),
+                                                                 b, d),
+                                  torch.randn(40, 64, dtype=h) / 8, w1, w2, b1, b2,
+                                  programs=2)
+    assert [k["activation"] for k in kernels] == ["gelu", "none"]
