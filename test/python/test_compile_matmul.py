@@ -175,20 +175,44 @@ def test_non_activation_epilogue_stays_a_pointwise_program():
     assert kernels[0]["activation"] == "none"
 
 
-def test_operand_in_another_stick_layout_is_relaid_out_once():
-    # (p @ v).transpose(1, 2).reshape(b, s, d): the transposed copy is stored
-    # [b, s, heads, d_head] (sticks of d_head); the projection reads rows of d
-    # = heads * d_head, so one re-layout into [b, s, d] sticks is inserted
+def test_producer_is_assigned_the_stick_layout_its_product_reads():
+    # (p @ v).transpose(1, 2).reshape(b, s, d) @ w.t(): the transposing copy
+    # [b, s, heads, d_head] would have sticks of d_head; the projection reads
+    # rows of d = heads * d_head, so layout assignment gives the copy's
+    # buffer sticks of d (it stores them directly) and no re-layout is needed
     def attention_out(p, v, w):
         b, heads, s, dh = v.shape
         return ((p @ v).transpose(1, 2).reshape(b, s, heads * dh)) @ w.t()
     p = torch.softmax(torch.randn(2, 4, 16, 16), -1).half()
     v, w = torch.randn(2, 4, 16, 16, dtype=h), scaled(64, 64, k=64)
-    spyre_matmul.reset_fallback_counts()
+    scheduling.layout_assignments.clear()
     # three programs: p @ v, the transposing copy, the projection
-    _, kernels = compile_products(attention_out, p, v, w, programs=3)
+    compile_products(attention_out, p, v, w, programs=3)
+    assert spyre_matmul.relayouts_inserted() == 0
+    assert [sizes for _, sizes in scheduling.layout_assignments] == [(2, 16, 64)]
+
+
+@pytest.mark.parametrize("heads,dh", [(4, 16), (3, 20)], ids=["whole_sticks", "padded"])
+def test_assigned_layout_with_a_padded_stick(heads, dh):
+    # rows of heads * d_head = 60 elements: the last stick's padding is zeroed
+    def f(x, w):
+        b, s = x.shape[0], x.shape[2]
+        return (x.transpose(1, 2) * 2.0).reshape(b, s, heads * dh) @ w
+    x = torch.randn(2, heads, 16, dh, dtype=h) / 8
+    scheduling.layout_assignments.clear()
+    compile_products(f, x, torch.randn(heads * dh, 32, dtype=h), programs=2)
+    assert spyre_matmul.relayouts_inserted() == 0
+    assert [sizes for _, sizes in scheduling.layout_assignments] == [(2, 16, heads * dh)]
+
+
+def test_an_input_in_another_stick_layout_is_relaid_out_once():
+    # a graph input [b, s, heads, d_head] read as [b * s, d]: inputs keep the
+    # layout they come in, so one re-layout copy is inserted
+    _, kernels = compile_products(lambda x, w: x.reshape(32, 64) @ w,
+                                  torch.randn(2, 16, 4, 16, dtype=h) / 8,
+                                  torch.randn(64, 48, dtype=h), programs=1)
     assert spyre_matmul.relayouts_inserted() == 1
-    assert [len(k["relayouts"]) for k in kernels] == [0, 1]
+    assert len(kernels[0]["relayouts"]) == 1
 
 
 # --------------------------------------------------------------------------

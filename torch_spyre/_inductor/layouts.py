@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 
 import sympy
 import torch
@@ -145,7 +146,30 @@ def buffer_layout(name: str) -> BufferLayout:
             f"buffer {name} (size {sizes}, stride {strides}, offset {offset}) is not a dense "
             "tensor starting its storage; the spyre backend binds whole storages in their "
             "default layout (make the input contiguous before the compiled call)")
-    return BufferLayout(name, buf.get_dtype(), _input_grouping(name, host_sizes) or host_sizes)
+    grouping = _input_grouping(name, host_sizes) or assigned_layout(name)
+    if grouping is not None and not _coarsens(grouping, host_sizes):
+        grouping = None
+    return BufferLayout(name, buf.get_dtype(), grouping or host_sizes)
+
+
+# Layouts the compiler chose for buffers of a graph (layout assignment): the
+# host sizes whose default layout the buffer's storage gets, a coarsening of
+# its own memory-order sizes (the same host image, other sticks).
+_assigned: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def assign_layout(name: str, host_sizes: tuple) -> None:
+    _assigned.setdefault(V.graph, {})[name] = tuple(host_sizes)
+
+
+def unassign_layout(name: str) -> None:
+    _assigned.get(V.graph, {}).pop(name, None)
+
+
+def assigned_layout(name: str):
+    """The host sizes assigned to buffer `name` of the current graph, or
+    None for the default layout of its own shape."""
+    return _assigned.get(V.graph, {}).get(name)
 
 
 def input_layout_signature(inputs) -> tuple:

@@ -419,11 +419,42 @@ def make_box(access: Access, space: Space, fixed: dict, r0: int, nrows: int,
             transfers.append(dict(slot=slot, offset=dram_offset + i * ds1, spad=i * n2 * inner,
                                   count2=n2, dram_stride2=ds2, spad_stride2=inner, **run))
     roles = {role for role, _, _ in lins} | {role for role, _, _ in sticks}
-    # the padding fill of a store needs one variable along the sticks
+    # the padding fill of a store needs one variable along the sticks, or
+    # rows and cols that tile them jointly (row step = the cols' extent)
     single = sticks[0] if len(sticks) == 1 and sticks[0][2] == 1 else None
+    if single:
+        stick_var, valid = single[0], single[1]
+    elif _joint_sticks(sticks):
+        # "joint_lins": one stick run per point of the other dims; only a
+        # run without padding can be stored (no fill per run)
+        rows_n, row_step = [(n, st) for r, n, st in sticks if r == "row"][0]
+        stick_var, valid = ("joint_lins" if lins else "joint"), rows_n * row_step
+    else:
+        stick_var, valid = None, 0
     return Box(size, transfers, e0 * es, strides["row"], strides["col"], "row" in roles,
-               "col" in roles, single[0] if single else None, n_sticks,
-               single[1] if single else 0)
+               "col" in roles, stick_var, n_sticks, valid)
+
+
+def _joint_sticks(sticks) -> bool:
+    """Rows stepping by the cols' extent and cols by one element: together
+    they walk a contiguous run of the stick dim (a [.., h, d] value stored
+    into sticks of h * d)."""
+    if len(sticks) != 2:
+        return False
+    by_role = {role: (n, step) for role, n, step in sticks}
+    if set(by_role) != {"row", "col"}:
+        return False
+    (_, row_step), (cols, col_step) = by_role["row"], by_role["col"]
+    return col_step == 1 and row_step == cols
+
+
+def _joint_store(access: Access, space: Space) -> bool:
+    lay = access.layout
+    if not (space.row and space.col):
+        return False
+    rm, cm = access.vars.get(space.row[0]), access.vars.get(space.col[0])
+    return rm is not None and cm is not None and rm.dim == cm.dim == lay.rank - 1 and \
+        cm.step == 1 and rm.step == space.cols
 
 
 def check_store_box(box: Box, access: Access, space: Space, r0: int, what: str):
@@ -433,12 +464,18 @@ def check_store_box(box: Box, access: Access, space: Space, r0: int, what: str):
     if lay.rank == 0:
         return
     stick_walker = None
+    joint = _joint_store(access, space)
+    if box.stick_var == "joint_lins" and box.stick_count * lay.per_stick != box.valid:
+        raise SpyreLoweringError(f"{what}: a store into {lay.name} tiling its sticks with rows "
+                                 "and cols leaves padding it cannot fill")
     for role, v in (("row", space.row), ("col", space.col)):
         if v and v[0] in access.vars and access.vars[v[0]].dim == lay.rank - 1:
             step = access.vars[v[0]].step
             if step == 1:
                 stick_walker = role
-            elif step % lay.per_stick != 0:  # whole-stick steps are fine
+            elif step % lay.per_stick != 0 and not (joint and role == "row"):
+                # whole-stick steps are fine; so are rows tiling the sticks
+                # with the cols (blocks of whole sticks: _row_quantum)
                 raise SpyreLoweringError(f"{what}: strided store into the sticks of {lay.name}")
     if stick_walker is None and lay.host_sizes[-1] > 1:
         raise SpyreLoweringError(
@@ -858,10 +895,14 @@ class Emitter:
         rows = R if box.has_rows else 1
         cols = K if box.has_cols else 1
         self._vec(VecOp.copy, out, [value], rows, cols)
-        if box.stick_var is not None and box.stick_count * lay.per_stick > box.valid:
+        if box.stick_var not in (None, "joint_lins") and \
+                box.stick_count * lay.per_stick > box.valid:
             pad = box.stick_count * lay.per_stick - box.valid
             es = lay.element_size
-            if box.stick_var == "col":
+            if box.stick_var == "joint":
+                fill = Tile(off + box.valid * es, lay.dtype, 0, es, False, True)
+                self._vec(VecOp.fill, fill, [], 1, pad, imm=0.0)
+            elif box.stick_var == "col":
                 fill = Tile(off + box.valid * es, lay.dtype, box.row_stride, es, True, True)
                 self._vec(VecOp.fill, fill, [], rows, pad, imm=0.0)
             else:

@@ -545,6 +545,18 @@ def output_layout(name: str, dtype, size) -> BufferLayout:
     return BufferLayout(name, dtype, tuple(int(s) for s in size if s != 1))
 
 
+def wanted_stick_layout(ir_node):
+    """(buffer, host sizes) of the merged stick layout a product would read
+    `ir_node` in without a re-layout, or (buffer, None) when it reads the
+    buffer's current layout as it is."""
+    name, size, stride, offset = _view_of(ir_node)
+    try:
+        operand_matrix(name, buffer_layout(name), size, stride, offset, "layout assignment")
+    except NeedsRelayout as need:
+        return name, need.host_sizes
+    return name, None
+
+
 def _input_operand(ir_node, what: str, kernel_name: str, relayouts: list) -> OperandMatrix:
     """An input view as a matrix; when its columns merge sticks of its
     storage's layout, a copy in the merged layout (appended to `relayouts`)."""

@@ -17,6 +17,9 @@ from .lowering import _loads, check_group, lower_kernel
 
 # Kernels compiled in this process, for tests and benchmarks: name -> info.
 compiled_kernels: dict = {}
+# Buffers given another stick layout by layout assignment in this process:
+# (buffer, assigned host sizes).
+layout_assignments: list = []
 
 
 def new_kernel_name(first_node: str) -> str:
@@ -40,6 +43,50 @@ class SpyreScheduling(sched.BaseScheduling):
     def __init__(self, scheduler):
         super().__init__(scheduler)
         self._captured = {}
+        self._layouts_assigned = False
+
+    def _assign_layouts(self) -> None:
+        """Layout assignment: a buffer a spyre kernel produces and a matrix
+        product reads with columns that merge several of its sticks is given
+        the merged stick layout, when its producer can store it so (checked
+        by lowering the producer); otherwise the product's lowering inserts
+        a re-layout copy."""
+        from torch._inductor import ir
+
+        from .layouts import assign_layout, assigned_layout, unassign_layout
+        from .matmul import MATMUL_OP, MLP_OP, wanted_stick_layout
+        producers = {}
+        for node in self.scheduler.nodes:
+            if isinstance(node, (sched.SchedulerNode, sched.FusedSchedulerNode)) and \
+                    node.get_device() is not None and node.get_device().type == "spyre":
+                for n in node.get_nodes():
+                    for buf in n.get_outputs():
+                        producers[buf.get_name()] = node
+        for node in self.scheduler.nodes:
+            kernel = getattr(node, "node", None)
+            if not isinstance(kernel, ir.FallbackKernel) or \
+                    kernel.op_overload not in (MATMUL_OP, MLP_OP):
+                continue
+            for inp in kernel.inputs:
+                try:
+                    name, want = wanted_stick_layout(inp)
+                except SpyreLoweringError:
+                    continue
+                if want is None or name not in producers or assigned_layout(name):
+                    continue
+                assign_layout(name, want)
+                if self._lowers(producers[name]):
+                    layout_assignments.append((name, tuple(want)))
+                else:
+                    unassign_layout(name)
+
+    def _lowers(self, group) -> bool:
+        try:
+            captured = [self._capture(n) for n in group.get_nodes()]
+            lower_kernel(check_group("layout check", captured, removable=set()))
+        except SpyreLoweringError:
+            return False
+        return True
 
     def get_backend_features(self, device):
         # One program reduces a whole row: Inductor must not split
@@ -75,6 +122,12 @@ class SpyreScheduling(sched.BaseScheduling):
         return self._compatible(node1, node2)
 
     def codegen_node(self, node) -> None:
+        if not self._layouts_assigned:
+            # the scheduler's nodes are final once code generation starts; a
+            # buffer is assigned before its producer (this kernel or a later
+            # one) and so before any consumer is generated
+            self._layouts_assigned = True
+            self._assign_layouts()
         nodes = list(node.get_nodes())
         wrapper = V.graph.wrapper_code
         fused_names = OrderedSet(n.get_name() for n in nodes)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import math
+
 from torch._inductor.codegen.common import DeviceOpOverrides
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 from torch._inductor.virtualized import V
 
 
 def _storage_layout_key(buffer):
-    """Memory-order sizes without size-1 dims: what decides the device
-    layout the allocator gives a dense buffer."""
+    """Memory-order sizes without size-1 dims (or the sizes the compiler
+    assigned the buffer): what decides the device layout of its storage."""
+    from .layouts import assigned_layout
+    assigned = assigned_layout(buffer.get_name())
+    if assigned is not None:
+        return assigned
     sizes, strides = buffer.get_size(), buffer.get_stride()
     dims = sorted((i for i, s in enumerate(sizes) if s != 1), key=lambda i: -strides[i])
     return tuple(V.graph.sizevars.simplify(sizes[i]) for i in dims)
@@ -34,6 +40,19 @@ class SpyreWrapperCodegen(PythonWrapperCodegen):
         if node.op_overload in (MATMUL_OP, MLP_OP) and lower_extern_product(self, node):
             return
         super().generate_fallback_kernel(node)
+
+    def make_buffer_allocation(self, buffer):
+        # a buffer assigned another stick layout (layouts.assign_layout) is
+        # allocated in the default layout of its assigned sizes, then viewed
+        # with its own (contiguous, same host image)
+        from .layouts import assigned_layout
+        assigned = assigned_layout(buffer.get_name())
+        if assigned is None or buffer.get_device().type != "spyre":
+            return super().make_buffer_allocation(buffer)
+        sizes = tuple(V.graph.sizevars.guard_int(n) for n in buffer.get_size())
+        strides = tuple(math.prod(assigned[i + 1:]) for i in range(len(assigned)))
+        return (f"{buffer.get_name()} = empty_strided({tuple(assigned)}, {strides}, "
+                f"device='spyre', dtype={buffer.get_dtype()}).view({sizes})")
 
     def make_buffer_reuse(self, old, new, delete_old: bool):
         # A spyre storage keeps the device layout of the shape it was
