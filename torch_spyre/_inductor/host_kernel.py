@@ -104,7 +104,6 @@ class _Writer:
 
     def _reduction(self, red: Reduction) -> str:
         x = self.value(red.value)
-        n_red = len(self.node.reduction_sizes)
         kept = list(self.node.sizes)
         flat = self.tmp(f"torch.broadcast_to({x}, {self.shape}).reshape({kept + [-1]})")
         rt = red.reduction_type
@@ -120,7 +119,6 @@ class _Writer:
             return self.tmp(f"torch.full({kept}, {float(count)})")
         if rt not in _REDUCTIONS:
             raise SpyreLoweringError(f"reduction {rt!r} has no host evaluation")
-        del n_red
         return self.tmp(f"{flat}.{_REDUCTIONS[rt]}(-1)")
 
     def body(self) -> list[str]:

@@ -351,7 +351,10 @@ class Box:
     col_stride: int
     has_rows: bool
     has_cols: bool
-    stick_var: Optional[str]  # "row"/"col": the var walking the sticks
+    # "row"/"col": the var walking the sticks; "joint": rows and cols tiling
+    # one stick run together; "joint_lins": the same, one run per point of
+    # the other dims (no padding fill)
+    stick_var: Optional[str]
     stick_count: int
     valid: int             # elements of the stick var in this box
 

@@ -30,7 +30,7 @@ from typing import Optional
 import torch
 
 from .capture import SpyreKernelTooLarge, SpyreLoweringError
-from .layouts import STICK_BYTES, BufferLayout, buffer_layout, dtype_name
+from .layouts import BufferLayout, buffer_layout, dtype_name
 
 aten = torch.ops.aten
 
