@@ -354,6 +354,21 @@ std::vector<uint64_t> tile_candidates(uint64_t extent, uint64_t quantum,
   return {out.begin(), out.end()};
 }
 
+// Matrix-unit cycles of a bm x bn block with ideal tiles: a lower bound of
+// any plan with this grid.
+double matrix_lower_bound(const MatmulShape& s, const MatmulPlan& p,
+                          uint64_t bm, uint64_t bn) {
+  using F = DeviceFigures;
+  const uint64_t b_quantum = rt::elements_per_stick(s.b.dtype);
+  const double per_group = static_cast<double>(
+      ceil_div(s.batch_count(), std::max<uint32_t>(p.groups, 1)));
+  return per_group * F::kMmaTileM * static_cast<double>(b_quantum) *
+         F::kMmaTileK / F::macs_per_cycle(s.a.dtype) *
+         static_cast<double>(ceil_div(bm, F::kMmaTileM) *
+                             ceil_div(bn, b_quantum) *
+                             ceil_div(s.k(), F::kMmaTileK));
+}
+
 MatmulPlan plan_naive(const MatmulShape& s, const MatmulOptions& o) {
   MatmulPlan p;
   const uint64_t qm = m_quantum(s);
@@ -400,6 +415,8 @@ MatmulPlan plan_searched(const MatmulShape& s, const MatmulOptions& o) {
       p.transpose_b_on_chip = s.b_transposed;
       const uint64_t bm = std::min(p.block_m, s.m());
       const uint64_t bn = std::min(p.block_n, s.n());
+      // No tiling of this grid beats the matrix unit on its largest block.
+      if (matrix_lower_bound(s, p, bm, bn) >= best.estimated_cycles) continue;
       for (uint64_t tm : tile_candidates(
                bm, qm, {16, 32, 64, 128, 192, 256, 384, 512}, 512)) {
         for (uint64_t tn :
