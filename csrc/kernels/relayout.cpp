@@ -303,20 +303,19 @@ RelayoutPlacement plan_relayout(ProgramBuilder& builder, uint64_t rows,
 }
 
 void emit_barrier(ProgramBuilder& builder, uint32_t cores) {
-  std::vector<std::vector<uint32_t>> channel(cores,
-                                             std::vector<uint32_t>(cores));
-  for (auto& row : channel) {
-    for (uint32_t& c : row) c = builder.new_channel();
-  }
-  for (uint32_t i = 0; i < cores; ++i) {
-    CoreBuilder& core = builder.core(i);
-    for (uint32_t t = 1; t < cores; ++t) {
-      const uint32_t j = (i + t) % cores;
-      core.emit(rt::RingSend{channel[i][j], j, 0, 0});
-    }
-    for (uint32_t t = 1; t < cores; ++t) {
-      const uint32_t k = (i + cores - t) % cores;
-      core.emit(rt::RingRecv{channel[k][i], k, 0, 0});
+  // A dissemination barrier: in round r core i signals core i + 2^r and
+  // waits for core i - 2^r. After ceil(log2(cores)) rounds every core has
+  // heard, through a chain of tokens, from every other, and all leave within
+  // a few hop latencies of each other. Each core's ring engine runs its
+  // tokens in order, so the chains also order device memory (program.h).
+  for (uint32_t step = 1; step < cores; step *= 2) {
+    std::vector<uint32_t> channel(cores);
+    for (uint32_t& c : channel) c = builder.new_channel();
+    for (uint32_t i = 0; i < cores; ++i) {
+      CoreBuilder& core = builder.core(i);
+      core.emit(rt::RingSend{channel[i], (i + step) % cores, 0, 0});
+      const uint32_t from = (i + cores - step) % cores;
+      core.emit(rt::RingRecv{channel[from], from, 0, 0});
     }
   }
 }

@@ -79,8 +79,8 @@ void emit_relayout(ProgramBuilder& builder, const RelayoutPlacement& place,
                    RelayoutPath path, uint32_t scratch_slot);
 uint64_t relayout_scratch_bytes(uint64_t rows, uint64_t cols, rt::DType dtype);
 
-// Every core waits until every other core has reached this point (each
-// sends a token to each other core, then receives theirs). Orders device
+// Every core waits until every other core has reached this point (a
+// dissemination barrier of ring tokens, log2(cores) rounds). Orders device
 // memory between cores too (program.h).
 void emit_barrier(ProgramBuilder& builder, uint32_t cores);
 
