@@ -205,14 +205,18 @@ def test_assigned_layout_with_a_padded_stick(heads, dh):
     assert [sizes for _, sizes in scheduling.layout_assignments] == [(2, 16, heads * dh)]
 
 
-def test_an_input_in_another_stick_layout_is_relaid_out_once():
+@pytest.mark.parametrize("heads,dh", [(4, 16), (3, 20)], ids=["whole_sticks", "padded"])
+def test_an_input_in_another_stick_layout_is_relaid_out_once(heads, dh):
     # a graph input [b, s, heads, d_head] read as [b * s, d]: inputs keep the
-    # layout they come in, so one re-layout copy is inserted
-    _, kernels = compile_products(lambda x, w: x.reshape(32, 64) @ w,
-                                  torch.randn(2, 16, 4, 16, dtype=h) / 8,
-                                  torch.randn(64, 48, dtype=h), programs=1)
+    # layout they come in, so one re-layout program (sticks of d_head into
+    # sticks of d) runs before the product
+    _, kernels = compile_products(lambda x, w: x.reshape(32, heads * dh) @ w,
+                                  torch.randn(2, 16, heads, dh, dtype=h) / 8,
+                                  torch.randn(heads * dh, 48, dtype=h), programs=2)
     assert spyre_matmul.relayouts_inserted() == 1
     assert len(kernels[0]["relayouts"]) == 1
+    kinds = [k.get("kind") for k in scheduling.compiled_kernels.values()]
+    assert sorted(kinds) == ["matmul", "relayout"]
 
 
 # --------------------------------------------------------------------------

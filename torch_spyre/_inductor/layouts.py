@@ -127,6 +127,9 @@ def _static(x, what: str, name: str) -> int:
 
 def buffer_layout(name: str) -> BufferLayout:
     """The device layout a kernel assumes for buffer `name`'s storage."""
+    extra = _wrapper_buffers.get(V.graph, {}).get(name)
+    if extra is not None:
+        return extra
     buf = V.graph.get_buffer(name)
     if buf is None:
         raise SpyreLoweringError(f"unknown buffer {name}")
@@ -156,6 +159,14 @@ def buffer_layout(name: str) -> BufferLayout:
 # host sizes whose default layout the buffer's storage gets, a coarsening of
 # its own memory-order sizes (the same host image, other sticks).
 _assigned: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+# Buffers the wrapper allocates itself (re-layout copies), not in the graph.
+_wrapper_buffers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def add_wrapper_buffer(layout: BufferLayout) -> None:
+    _wrapper_buffers.setdefault(V.graph, {})[layout.name] = layout
 
 
 def assign_layout(name: str, host_sizes: tuple) -> None:

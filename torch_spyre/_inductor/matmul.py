@@ -725,8 +725,10 @@ def lower_extern_product(wrapper, node) -> bool:
 
 
 def _write_relayout(wrapper, r: Relayout, device) -> None:
-    """Allocates the copy in its layout and copies the source into it on the
-    device (the eager copy program)."""
+    """Allocates the copy in its layout and copies the source into it: a
+    device program of the pointwise lowering (an identity kernel from the
+    source's layout into the copy's), or the eager copy when that lowering
+    cannot store the copy's sticks."""
     from torch._inductor.virtualized import V
     source = V.graph.get_buffer(r.source)
     sizes = [V.graph.sizevars.guard_int(n) for n in source.get_size()]
@@ -734,5 +736,36 @@ def _write_relayout(wrapper, r: Relayout, device) -> None:
     strides = [math.prod(host[i + 1:]) for i in range(len(host))]
     wrapper.writeline(wrapper.make_allocation(r.copy, device, source.get_dtype(), tuple(host),
                                               tuple(strides)))
-    wrapper.writeline(f"{r.copy}.view({tuple(sizes)}).copy_({r.source})")
+    program = _relayout_program(r, source.get_dtype())
+    if program is None:
+        wrapper.writeline(f"{r.copy}.view({tuple(sizes)}).copy_({r.source})")
+    else:
+        from .scheduling import define_kernel, new_kernel_name
+        name = new_kernel_name(r.copy)
+        spec, arg_names, info = program
+        info.update(kind="relayout", nodes=[r.copy])
+        define_kernel(wrapper, name, spec, arg_names, info)
+        wrapper.writeline(f"{name}.launch([{', '.join(arg_names)}])")
     count_relayout()
+
+
+def _relayout_program(r: Relayout, dtype):
+    """(spec, args, info) of an identity kernel over the source's
+    memory-order dims storing into the copy's layout; None when the
+    lowering rejects it."""
+    import sympy
+
+    from .capture import CapturedNode, Store, Value
+    from .layouts import add_wrapper_buffer
+    from .lowering import check_group, lower_kernel
+    add_wrapper_buffer(BufferLayout(r.copy, dtype, tuple(r.host_sizes)))
+    dims = list(buffer_layout(r.source).host_sizes)
+    index_vars = [sympy.Symbol(f"sp{i}", integer=True, nonnegative=True)
+                  for i in range(len(dims))]
+    index = sum(v * math.prod(dims[i + 1:]) for i, v in enumerate(index_vars))
+    node = CapturedNode(f"relayout_{r.copy}", dims, [], index_vars, [],
+                        [Store(r.copy, index, Value("load", (r.source, index), dtype))])
+    try:
+        return lower_kernel(check_group(f"relayout {r.source}", [node], removable=set()))
+    except SpyreLoweringError:
+        return None
