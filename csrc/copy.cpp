@@ -6,6 +6,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/record_function.h>
 #include <torch/library.h>
 
 #include <cstring>
@@ -34,6 +35,29 @@ class Bytes {
  private:
   std::unique_ptr<uint8_t[]> data_;
   size_t size_;
+};
+
+// Copy work that adds its modelled time and `bytes` (device bytes moved) to
+// torch.spyre.device_time_stats() once it ran.
+template <typename Copy>
+rt::Work counted_copy(uint64_t bytes, Copy copy) {
+  return [bytes, copy = std::move(copy)]() {
+    const double ns = copy();
+    ops::record_copy_time(ns, bytes);
+    return ns;
+  };
+}
+
+// A torch.profiler range around a copy (free when no profiler is on).
+class CopyRange {
+ public:
+  explicit CopyRange(std::string_view name)
+      : range_(at::RecordScope::FUNCTION) {
+    if (range_.isActive()) range_.before(name);
+  }
+
+ private:
+  at::RecordFunction range_;
 };
 
 rt::Stream& stream_of(c10::DeviceIndex device) {
@@ -111,7 +135,9 @@ void copy_to_host(const at::Tensor& src, const at::Tensor& dst,
   const bool async =
       non_blocking &&
       at::detail::getPrivateUse1Hooks().isPinnedPtr(dst.data_ptr());
-  call_runtime([&] { stream.enqueue(work); });
+  call_runtime([&] {
+    stream.enqueue(counted_copy(layout->device_bytes(), std::move(work)));
+  });
   if (!async) wait_for(stream);
 }
 
@@ -150,7 +176,7 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst,
       return device->copy_on_device(to_ptr, from_ptr, bytes);
     };
     rt::Stream& stream = stream_of(to.device);
-    call_runtime([&] { stream.enqueue(work); });
+    call_runtime([&] { stream.enqueue(counted_copy(bytes, std::move(work))); });
     if (!non_blocking) wait_for(stream);
     return;
   }
@@ -175,13 +201,16 @@ at::Tensor spyre_copy_from(const at::Tensor& self, const at::Tensor& dst,
   TORCH_CHECK_VALUE(self.is_privateuseone() || dst.is_privateuseone(),
                     "spyre: _copy_from needs a spyre tensor");
   if (dst.is_privateuseone() && self.is_privateuseone()) {
+    const CopyRange range("spyre::copy_device_to_device");
     copy_on_device(self, dst, non_blocking);
   } else if (dst.is_privateuseone()) {
+    const CopyRange range("spyre::copy_host_to_device");
     TORCH_CHECK(self.is_cpu(), "spyre: cannot copy from ", self.device(),
                 " to spyre");
     at::Tensor src = self.to(dst.scalar_type()).expand(dst.sizes());
     copy_from_host(src, dst, non_blocking);
   } else {
+    const CopyRange range("spyre::copy_device_to_host");
     TORCH_CHECK(dst.is_cpu(), "spyre: cannot copy from spyre to ",
                 dst.device());
     if (dst.scalar_type() == self.scalar_type() &&
@@ -204,6 +233,7 @@ at::Tensor spyre_copy_from_and_resize(const at::Tensor& self,
 }
 
 at::Scalar spyre_local_scalar_dense(const at::Tensor& self) {
+  const CopyRange range("spyre::copy_device_to_host");
   at::Tensor value = at::empty({}, self.options().device(at::kCPU));
   copy_to_host(self.reshape({}), value, false);
   return at::native::_local_scalar_dense_cpu(value);
@@ -241,7 +271,8 @@ at::Tensor host_image(const c10::Storage& storage) {
     return device->copy_to_host(staging->data(), ptr, staging->size());
   };
   rt::Stream& stream = stream_of(allocation.device);
-  call_runtime([&] { stream.enqueue(work); });
+  call_runtime(
+      [&] { stream.enqueue(counted_copy(staging->size(), std::move(work))); });
   wait_for(stream);
   unpack(*allocation.layout, staging->data(), image.data_ptr<uint8_t>());
   return image;
@@ -258,7 +289,8 @@ void write_image(const c10::Storage& storage, const uint8_t* image,
     return device->copy_to_device(ptr, staging->data(), staging->size());
   };
   rt::Stream& stream = stream_of(allocation.device);
-  call_runtime([&] { stream.enqueue(work); });
+  call_runtime(
+      [&] { stream.enqueue(counted_copy(staging->size(), std::move(work))); });
   if (!non_blocking) wait_for(stream);
 }
 
@@ -268,12 +300,16 @@ void resize_storage(const c10::Storage& storage, size_t new_bytes,
               "spyre: trying to resize a storage that is not resizable");
   TORCH_INTERNAL_ASSERT(layout.host_bytes() == new_bytes);
   const c10::DeviceIndex device = storage.device().index();
-  at::Tensor old_image = host_image(storage);
+  // Growing an empty storage (an out= result) keeps nothing: no round trip
+  // through the host, and the new bytes are left uninitialised as resize_
+  // promises.
+  const bool keeps_data = storage.nbytes() > 0;
+  at::Tensor old_image = keeps_data ? host_image(storage) : at::Tensor();
   c10::DataPtr fresh = allocate_with_layout(device, std::move(layout));
   c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
   impl->set_data_ptr_noswap(std::move(fresh));
   impl->set_nbytes(new_bytes);
-  if (new_bytes == 0) return;
+  if (new_bytes == 0 || !keeps_data) return;
   at::Tensor image = at::zeros({static_cast<int64_t>(new_bytes)}, at::kByte);
   const size_t kept = std::min<size_t>(new_bytes, old_image.numel());
   std::memcpy(image.data_ptr(), old_image.data_ptr(), kept);

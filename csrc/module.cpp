@@ -225,9 +225,30 @@ void bind_ops(py::module_& m) {
     out["program_misses"] = s.program_misses;
     out["device_materializations"] = s.device_materializations;
     out["host_materializations"] = s.host_materializations;
+    out["program_evictions"] = s.program_evictions;
+    out["cached_programs"] = s.cached_programs;
     return out;
   });
   m.def("reset_op_stats", [] { glue::ops::reset_op_stats(); });
+  m.def("program_cache_capacity",
+        [] { return glue::ops::program_cache_capacity(); });
+  m.def("set_program_cache_capacity", [](size_t capacity) {
+    glue::ops::set_program_cache_capacity(capacity);
+  });
+  m.def("device_time_stats", [] {
+    const glue::ops::DeviceTimeStats s = glue::ops::device_time_stats();
+    py::dict out;
+    out["total_ns"] = s.launch_ns + s.copy_ns;
+    out["launches"] = s.launches;
+    out["launch_ns"] = s.launch_ns;
+    out["launch_dma_bytes"] = s.launch_dma_bytes;
+    out["copies"] = s.copies;
+    out["copy_ns"] = s.copy_ns;
+    out["copy_bytes"] = s.copy_bytes;
+    return out;
+  });
+  m.def("reset_device_time_stats",
+        [] { glue::ops::reset_device_time_stats(); });
 }
 
 }  // namespace

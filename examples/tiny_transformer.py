@@ -2,8 +2,9 @@
 """The main job: a small transformer on the `spyre` device and on the CPU.
 
 Random weights from a fixed seed; the same model and input run on both
-devices. Prints whether the outputs agree within tolerance, the modelled
-device time of the last device launch, and how many ops fell back to the
+devices. Prints whether the outputs agree within tolerance, the total
+modelled device time of the forward pass (kernel launches and copies,
+torch.spyre.device_time_stats()), and how many ops fell back to the
 CPU (the goal is zero: every op of this model with a native spyre kernel).
 """
 import argparse
@@ -74,21 +75,27 @@ def main():
         device_model.load_state_dict(model.state_dict())
         device_model = device_model.to(device="spyre", dtype=dtype)
         torch.spyre.reset_fallback_stats()
+        torch.spyre.synchronize()
+        torch.spyre.reset_device_time_stats()
         start = time.perf_counter()
         got = device_model(tokens.to("spyre"))
         torch.spyre.synchronize()
         wall = time.perf_counter() - start
+        device_time = torch.spyre.device_time_stats()
         got = got.float().cpu()
 
     err = (got - expected).abs().max().item()
     scale = expected.abs().max().item()
     fallbacks = torch.spyre.fallback_stats()
-    stats = torch.spyre.last_launch_stats()
     print(f"tiny transformer: 2 layers, dim 128, batch 2, seq {args.seq}, {args.dtype}")
     print(f"  outputs agree: {err <= tol * max(1.0, scale)} "
           f"(max abs error {err:.3e}, tolerance {tol * max(1.0, scale):.1e})")
     print(f"  host wall time on spyre: {wall * 1e3:.1f} ms")
-    print(f"  last device launch: {stats}")
+    print(f"  modelled device time of the forward: "
+          f"{device_time['total_ns'] / 1e3:.1f} us "
+          f"({device_time['launches']} launches {device_time['launch_ns'] / 1e3:.1f} us, "
+          f"{device_time['launch_dma_bytes']} DMA bytes; "
+          f"{device_time['copies']} copies {device_time['copy_ns'] / 1e3:.1f} us)")
     print(f"  CPU fallbacks: {sum(fallbacks.values())} "
           f"({', '.join(f'{k} x{v}' for k, v in sorted(fallbacks.items())) or 'none'})")
     sys.exit(0 if err <= tol * max(1.0, scale) else 1)

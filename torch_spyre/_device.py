@@ -286,13 +286,38 @@ def is_strict():
 
 def op_stats():
     """Counters of the eager-kernel launch path since the last reset:
-    launches, program cache hits and misses (programs built and loaded), and
-    views copied to a fresh layout on the device or through the host."""
+    launches, program cache hits and misses (programs built and loaded),
+    views copied to a fresh layout on the device or through the host,
+    programs evicted from the bounded cache, and (not reset) the programs it
+    holds now."""
     return dict(_C.op_stats())
 
 
 def reset_op_stats():
     _C.reset_op_stats()
+
+
+def program_cache_capacity():
+    """Programs per device the bounded eager program cache keeps (least
+    recently used evicted); SPYRE_PROGRAM_CACHE_SIZE sets it at start."""
+    return _C.program_cache_capacity()
+
+
+def set_program_cache_capacity(capacity):
+    """Changes the bounded cache's capacity (evicting down to it)."""
+    _C.set_program_cache_capacity(int(capacity))
+
+
+def device_time_stats():
+    """Modelled device time since the last reset, summed over devices:
+    total_ns (launch_ns + copy_ns), launches and their DMA bytes, copies
+    (host<->device, device<->device) and their device bytes. Work counts once
+    it ran, so call synchronize() before reading."""
+    return dict(_C.device_time_stats())
+
+
+def reset_device_time_stats():
+    _C.reset_device_time_stats()
 
 
 @contextlib.contextmanager

@@ -3,11 +3,15 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
+#include <cstdlib>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -28,12 +32,87 @@ struct Counters {
   std::atomic<uint64_t> program_misses{0};
   std::atomic<uint64_t> device_materializations{0};
   std::atomic<uint64_t> host_materializations{0};
+  std::atomic<uint64_t> program_evictions{0};
 };
 
 Counters& counters() {
   static Counters all;
   return all;
 }
+
+// Modelled device time of work that ran; added to on the streams' threads.
+class DeviceTimeTotals {
+ public:
+  void add_launch(const rt::LaunchStats& s) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.launches;
+    stats_.launch_ns += s.time_ns;
+    stats_.launch_dma_bytes += s.dma_bytes;
+  }
+  void add_copy(double ns, uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.copies;
+    stats_.copy_ns += ns;
+    stats_.copy_bytes += bytes;
+  }
+  DeviceTimeStats get() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+  void reset() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_ = DeviceTimeStats{};
+  }
+
+ private:
+  std::mutex mutex_;
+  DeviceTimeStats stats_;
+};
+
+DeviceTimeTotals& device_time_totals() {
+  static DeviceTimeTotals totals;
+  return totals;
+}
+
+// What a finished launch reports: the last-launch figures of its device and
+// the cumulative totals.
+void record_finished_launch(c10::DeviceIndex device,
+                            const rt::LaunchStats& stats) {
+  rt::Runtime::get().record_launch_stats(device, stats);
+  device_time_totals().add_launch(stats);
+}
+
+// The family of a program for profiles: its name without the shape suffix
+// kernels append ("matmul_64x128x256" -> "matmul"), so key_averages() groups
+// all shapes of one kernel.
+std::string profiler_name(const rt::Program& program) {
+  const std::string& name = program.name;
+  size_t end = name.size();
+  for (size_t i = 0; i + 1 < name.size(); ++i) {
+    if (name[i] == '_' &&
+        std::isdigit(static_cast<unsigned char>(name[i + 1]))) {
+      end = i;
+      break;
+    }
+  }
+  return "spyre::" + name.substr(0, end);
+}
+
+// A torch.profiler range around a launch (free when no profiler is on).
+class LaunchRange {
+ public:
+  explicit LaunchRange(const rt::LoadedProgram& program)
+      : range_(at::RecordScope::FUNCTION) {
+    if (range_.isActive()) {
+      name_ = profiler_name(program.program());
+      range_.before(std::string_view(name_));
+    }
+  }
+
+ private:
+  std::string name_;
+  at::RecordFunction range_;
+};
 
 // Loaded programs of one device. Entries are never removed: launches queued
 // on a stream refer to their program until they ran.
@@ -66,11 +145,104 @@ class ProgramCache {
   std::unordered_map<std::string, std::unique_ptr<rt::LoadedProgram>> programs_;
 };
 
+constexpr size_t kMaxDevices = 64;
+
+void check_device_index(c10::DeviceIndex device) {
+  TORCH_CHECK_VALUE(device >= 0 && device < static_cast<int>(kMaxDevices),
+                    "spyre: device index ", device, " out of range");
+}
+
 ProgramCache& cache_of(c10::DeviceIndex device) {
-  static std::array<ProgramCache, 64> caches;
-  TORCH_CHECK_VALUE(device >= 0 && device < 64, "spyre: device index ", device,
-                    " out of range");
+  static std::array<ProgramCache, kMaxDevices> caches;
+  check_device_index(device);
   return caches[static_cast<size_t>(device)];
+}
+
+size_t capacity_from_environment() {
+  const char* text = std::getenv("SPYRE_PROGRAM_CACHE_SIZE");
+  if (text == nullptr || *text == '\0') return kDefaultProgramCacheCapacity;
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  TORCH_CHECK_VALUE(*end == '\0' && value > 0,
+                    "spyre: SPYRE_PROGRAM_CACHE_SIZE must be a positive "
+                    "number of programs, got '",
+                    text, "'");
+  return static_cast<size_t>(value);
+}
+
+std::atomic<size_t>& capacity_setting() {
+  static std::atomic<size_t> capacity{capacity_from_environment()};
+  return capacity;
+}
+
+// Loaded programs of one device, least recently used evicted beyond the
+// capacity. Entries are shared: a launch still queued keeps its program
+// alive after eviction.
+class BoundedProgramCache {
+ public:
+  using Program = std::shared_ptr<const rt::LoadedProgram>;
+
+  Program get(c10::DeviceIndex device, const std::string& key,
+              c10::function_ref<rt::Program()> build) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = index_.find(key);
+      if (it != index_.end()) {
+        ++counters().program_hits;
+        order_.splice(order_.begin(), order_, it->second);
+        return it->second->second;
+      }
+    }
+    // Built and loaded outside the lock: a racing thread's entry for the
+    // same key wins and ours is dropped unused.
+    Program loaded = call_runtime([&] {
+      return std::make_shared<const rt::LoadedProgram>(runtime_device(device),
+                                                       build());
+    });
+    ++counters().program_misses;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, inserted] = index_.try_emplace(key);
+    if (!inserted) return it->second->second;
+    order_.emplace_front(key, std::move(loaded));
+    it->second = order_.begin();
+    evict_beyond(capacity_setting().load());
+    return order_.front().second;
+  }
+
+  void shrink_to(size_t capacity) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    evict_beyond(capacity);
+  }
+
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return index_.size();
+  }
+
+ private:
+  void evict_beyond(size_t capacity) {
+    while (index_.size() > capacity) {
+      index_.erase(order_.back().first);
+      order_.pop_back();
+      ++counters().program_evictions;
+    }
+  }
+
+  std::mutex mutex_;
+  std::list<std::pair<std::string, Program>> order_;  // most recent first
+  std::unordered_map<std::string,
+                     std::list<std::pair<std::string, Program>>::iterator>
+      index_;
+};
+
+std::array<BoundedProgramCache, kMaxDevices>& bounded_caches() {
+  static std::array<BoundedProgramCache, kMaxDevices> caches;
+  return caches;
+}
+
+BoundedProgramCache& bounded_cache_of(c10::DeviceIndex device) {
+  check_device_index(device);
+  return bounded_caches()[static_cast<size_t>(device)];
 }
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
@@ -207,9 +379,16 @@ rt::ArgBinding bind(const at::Tensor& tensor) {
   return binding;
 }
 
-void launch(const rt::LoadedProgram& program,
-            c10::ArrayRef<at::Tensor> tensors) {
+namespace {
+
+// Binds `tensors` to the program's slots and queues the launch on the
+// current stream of their device. `owner` (may be null) keeps the program
+// alive until the launch ran; the storages are kept alive likewise.
+void launch_program(const rt::LoadedProgram& program,
+                    std::shared_ptr<const rt::LoadedProgram> owner,
+                    c10::ArrayRef<at::Tensor> tensors) {
   TORCH_CHECK(!tensors.empty(), "spyre: a launch needs tensors");
+  const LaunchRange range(program);
   const c10::Device device = tensors[0].device();
   std::vector<rt::ArgBinding> bindings;
   std::vector<c10::Storage> keep;
@@ -225,40 +404,48 @@ void launch(const rt::LoadedProgram& program,
   const c10::DeviceIndex index = device.index();
   rt::Stream& stream = runtime_stream(current_stream(index));
   call_runtime([&] {
-    program.launch(stream, bindings,
-                   [index, keep = std::move(keep)](const rt::LaunchStats& s) {
-                     rt::Runtime::get().record_launch_stats(index, s);
-                   });
+    program.launch(
+        stream, bindings,
+        [index, owner = std::move(owner), keep = std::move(keep)](
+            const rt::LaunchStats& s) { record_finished_launch(index, s); });
   });
   ++counters().launches;
 }
 
+}  // namespace
+
+void launch(const rt::LoadedProgram& program,
+            c10::ArrayRef<at::Tensor> tensors) {
+  launch_program(program, nullptr, tensors);
+}
+
+void launch_cached(c10::DeviceIndex device, const std::string& key,
+                   c10::function_ref<rt::Program()> build,
+                   c10::ArrayRef<at::Tensor> tensors) {
+  std::shared_ptr<const rt::LoadedProgram> program =
+      bounded_cache_of(device).get(device, key, build);
+  const rt::LoadedProgram& loaded = *program;
+  launch_program(loaded, std::move(program), tensors);
+}
+
+size_t program_cache_capacity() { return capacity_setting().load(); }
+
+void set_program_cache_capacity(size_t capacity) {
+  TORCH_CHECK_VALUE(capacity > 0,
+                    "spyre: the program cache capacity must be at least 1");
+  capacity_setting().store(capacity);
+  for (BoundedProgramCache& cache : bounded_caches()) cache.shrink_to(capacity);
+}
+
 void launch_once(rt::Program program, c10::ArrayRef<at::Tensor> tensors) {
   const c10::DeviceIndex index = tensors.at(0).device().index();
-  auto loaded = call_runtime([&] {
-    return std::make_shared<rt::LoadedProgram>(runtime_device(index),
-                                               std::move(program));
+  std::shared_ptr<const rt::LoadedProgram> loaded = call_runtime([&] {
+    return std::make_shared<const rt::LoadedProgram>(runtime_device(index),
+                                                     std::move(program));
   });
   ++counters().program_misses;
-  std::vector<rt::ArgBinding> bindings;
-  std::vector<c10::Storage> keep;
-  for (const at::Tensor& tensor : tensors) {
-    TORCH_CHECK_VALUE(tensor.device() == tensors[0].device(),
-                      "spyre: expected all tensors on ", tensors[0].device(),
-                      ", got ", tensor.device());
-    bindings.push_back(bind(tensor));
-    keep.push_back(tensor.storage());
-  }
-  rt::Stream& stream = runtime_stream(current_stream(index));
-  // The launch keeps the program alive until it ran.
-  call_runtime([&] {
-    loaded->launch(
-        stream, bindings,
-        [index, loaded, keep = std::move(keep)](const rt::LaunchStats& s) {
-          rt::Runtime::get().record_launch_stats(index, s);
-        });
-  });
-  ++counters().launches;
+  const rt::LoadedProgram& ref = *loaded;
+  launch_program(ref, std::move(loaded), tensors);
 }
 
 std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
@@ -490,10 +677,9 @@ void launch_elementwise(const std::string& name,
   std::string key;
   key.reserve(256);
   kernel.append_key(key);
-  const rt::LoadedProgram& program =
-      cached_program(out.device().index(), key,
-                     [&] { return kernels::build_elementwise(kernel); });
-  launch(program, tensors);
+  launch_cached(
+      out.device().index(), key,
+      [&] { return kernels::build_elementwise(kernel); }, tensors);
 }
 
 void device_copy(const at::Tensor& src, const at::Tensor& dst) {
@@ -507,8 +693,15 @@ void device_copy(const at::Tensor& src, const at::Tensor& dst) {
 
 OpStats op_stats() {
   const Counters& c = counters();
-  return OpStats{c.launches, c.program_hits, c.program_misses,
-                 c.device_materializations, c.host_materializations};
+  size_t cached = 0;
+  for (BoundedProgramCache& cache : bounded_caches()) cached += cache.size();
+  return OpStats{c.launches,
+                 c.program_hits,
+                 c.program_misses,
+                 c.device_materializations,
+                 c.host_materializations,
+                 c.program_evictions,
+                 cached};
 }
 
 void reset_op_stats() {
@@ -518,6 +711,15 @@ void reset_op_stats() {
   c.program_misses = 0;
   c.device_materializations = 0;
   c.host_materializations = 0;
+  c.program_evictions = 0;
+}
+
+DeviceTimeStats device_time_stats() { return device_time_totals().get(); }
+
+void reset_device_time_stats() { device_time_totals().reset(); }
+
+void record_copy_time(double ns, uint64_t bytes) {
+  device_time_totals().add_copy(ns, bytes);
 }
 
 }  // namespace ops

@@ -14,6 +14,12 @@
 //       device, key, [&] { return kernels::build_...(...); });
 //   launch(p, {in0, in1, out});                         // slot i <- tensor i
 //
+// - Profiling: every launch is a RecordFunction named "spyre::<family>"
+//   (the program's name without its shape suffix: "spyre::matmul",
+//   "spyre::add"), so torch.profiler shows it inside the aten op that made
+//   it; ProfilerActivity.PrivateUse1 / use_device="spyre" adds each op's
+//   modelled device time (profiler.cpp).
+//
 // - cached_program: a per-device cache of loaded programs keyed by a string
 //   the caller builds from everything the program depends on (shapes,
 //   dtypes, placements, scalars). `build` runs (and the program is loaded:
@@ -72,9 +78,25 @@ bool has_device_dtype(at::ScalarType type);
 rt::DType device_dtype(at::ScalarType type);  // raises when there is none
 
 // ---- programs --------------------------------------------------------------
+// Pinned: the program stays loaded for the life of the process (callers such
+// as compiled modules keep the reference). Use it for keys from a bounded
+// set (shapes of a model); keys with values baked in go to launch_cached.
 const rt::LoadedProgram& cached_program(c10::DeviceIndex device,
                                         const std::string& key,
                                         c10::function_ref<rt::Program()> build);
+
+// Looks `key` up in the device's bounded program cache (least recently used
+// programs evicted beyond program_cache_capacity()), builds and loads on a
+// miss, and launches it on `tensors` as launch() does. A queued launch keeps
+// its program alive after eviction.
+void launch_cached(c10::DeviceIndex device, const std::string& key,
+                   c10::function_ref<rt::Program()> build,
+                   c10::ArrayRef<at::Tensor> tensors);
+// Programs the bounded cache keeps per device: SPYRE_PROGRAM_CACHE_SIZE, else
+// kDefaultProgramCacheCapacity. Setting it evicts down to the new size.
+constexpr size_t kDefaultProgramCacheCapacity = 4096;
+size_t program_cache_capacity();
+void set_program_cache_capacity(size_t capacity);
 
 // ---- binding and launching -------------------------------------------------
 rt::ArgBinding bind(const at::Tensor& tensor);
@@ -129,9 +151,27 @@ struct OpStats {
   uint64_t program_misses = 0;  // programs built and loaded
   uint64_t device_materializations = 0;
   uint64_t host_materializations = 0;
+  uint64_t program_evictions = 0;  // from the bounded cache
+  uint64_t cached_programs = 0;    // now in the bounded caches, all devices
 };
 OpStats op_stats();
 void reset_op_stats();
+
+// ---- modelled device time (torch.spyre.device_time_stats()) ---------------
+// Sums over all devices of the work that has run since the last reset
+// (queued work counts once it ran: synchronize before reading).
+struct DeviceTimeStats {
+  uint64_t launches = 0;
+  double launch_ns = 0;           // modelled time of kernel launches
+  uint64_t launch_dma_bytes = 0;  // device memory <-> scratchpad
+  uint64_t copies = 0;            // host<->device and device<->device
+  double copy_ns = 0;             // modelled time of those copies
+  uint64_t copy_bytes = 0;        // device bytes moved by them
+};
+DeviceTimeStats device_time_stats();
+void reset_device_time_stats();
+// Called by copy work (on the stream's thread) once it ran.
+void record_copy_time(double ns, uint64_t bytes);
 
 }  // namespace ops
 }  // namespace spyre::torch_glue

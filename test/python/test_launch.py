@@ -248,3 +248,69 @@ def test_dtypes_without_device_compute_fall_back_counted():
     with torch.spyre.strict():
         with pytest.raises(RuntimeError, match="strict"):
             a.to("spyre") - a.to("spyre")
+
+
+def test_program_cache_is_bounded_lru_and_counts_evictions():
+    previous = torch.spyre.program_cache_capacity()
+    x = torch.randn(3, 70).to("spyre")
+    try:
+        torch.spyre.set_program_cache_capacity(4)
+        assert torch.spyre.program_cache_capacity() == 4
+        scalars = [0.25 + i for i in range(10)]  # a program per baked scalar
+        for s in scalars[:4]:  # the device's cache now holds exactly these
+            x * s
+        held = torch.spyre.op_stats()["cached_programs"]  # all devices
+        torch.spyre.reset_op_stats()
+        for s in scalars[4:]:
+            assert torch.equal((x * s).cpu(), x.cpu() * s)
+        stats = torch.spyre.op_stats()
+        assert stats["program_misses"] == 6
+        assert stats["program_evictions"] == 6
+        assert stats["cached_programs"] == held
+        # The four most recent stay cached; the oldest was evicted and is
+        # built again.
+        x * scalars[-1]
+        assert torch.spyre.op_stats()["program_misses"] == 6
+        x * scalars[0]
+        assert torch.spyre.op_stats()["program_misses"] == 7
+        assert torch.spyre.op_stats()["program_evictions"] == 7
+        # A hit makes an entry most recent: scalars[7], the oldest now,
+        # survives the next miss.
+        x * scalars[7]
+        x * 100.5
+        x * scalars[7]
+        assert torch.spyre.op_stats()["program_misses"] == 8
+    finally:
+        torch.spyre.set_program_cache_capacity(previous)
+
+
+def test_evicted_programs_finish_their_queued_launches():
+    previous = torch.spyre.program_cache_capacity()
+    a = torch.randn(64, 300)
+    x = a.to("spyre")
+    try:
+        torch.spyre.set_program_cache_capacity(1)
+        # Each launch evicts the previous program while it may still be
+        # queued; the queue keeps it alive until it ran.
+        outs = [x * (i + 0.5) for i in range(8)]
+        torch.spyre.synchronize()
+        for i, out in enumerate(outs):
+            assert torch.equal(out.cpu(), a * (i + 0.5))
+    finally:
+        torch.spyre.set_program_cache_capacity(previous)
+
+
+def test_program_cache_capacity_rejects_zero():
+    with pytest.raises(ValueError, match="at least 1"):
+        torch.spyre.set_program_cache_capacity(0)
+
+
+def test_program_cache_capacity_from_the_environment():
+    import os
+    import subprocess
+    import sys
+    code = "import torch; print(torch.spyre.program_cache_capacity())"
+    env = dict(os.environ, SPYRE_PROGRAM_CACHE_SIZE="17")
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    assert out.strip() == "17"
