@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "allocator.h"
@@ -25,17 +26,88 @@ namespace {
 
 // A host staging buffer left uninitialised: pack and unpack write every byte
 // of it before it is read (zeroing 64 MiB first costs as much as a copy).
+// Its capacity may exceed size() when it comes from the StagingPool.
 class Bytes {
  public:
-  explicit Bytes(size_t size)
-      : data_(std::make_unique_for_overwrite<uint8_t[]>(size)), size_(size) {}
+  explicit Bytes(size_t capacity)
+      : data_(std::make_unique_for_overwrite<uint8_t[]>(capacity)),
+        size_(capacity),
+        capacity_(capacity) {}
   uint8_t* data() { return data_.get(); }
   size_t size() const { return size_; }
+  size_t capacity() const { return capacity_; }
+  void set_size(size_t size) { size_ = size; }
 
  private:
   std::unique_ptr<uint8_t[]> data_;
   size_t size_;
+  size_t capacity_;
 };
+
+// Staging buffers of large copies, reused: a fresh buffer of many MiB costs
+// the kernel's page faults and zeroing, about a copy's worth of time, and
+// freeing it returns the pages (so every copy paid it again). At most
+// kMaxFree buffers of at most kMaxFreeBytes in all are kept.
+class StagingPool {
+ public:
+  static constexpr size_t kPooledFrom = size_t{1} << 20;  // smaller: malloc
+  static constexpr size_t kMaxFree = 4;
+  static constexpr size_t kMaxFreeBytes = size_t{256} << 20;
+
+  static StagingPool& get() {
+    static StagingPool* pool = new StagingPool();  // outlives queue threads
+    return *pool;
+  }
+
+  // A buffer of `size` bytes, back in the pool when the last owner drops it.
+  std::shared_ptr<Bytes> take(size_t size) {
+    if (size < kPooledFrom) return std::make_shared<Bytes>(size);
+    std::unique_ptr<Bytes> buffer = reuse(size);
+    if (!buffer) buffer = std::make_unique<Bytes>(size);
+    buffer->set_size(size);
+    return std::shared_ptr<Bytes>(buffer.release(), [](Bytes* released) {
+      StagingPool::get().give_back(std::unique_ptr<Bytes>(released));
+    });
+  }
+
+ private:
+  // The smallest free buffer that holds `size` without wasting more than
+  // its size again.
+  std::unique_ptr<Bytes> reuse(size_t size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      const size_t capacity = (*it)->capacity();
+      if (capacity >= size && capacity / 2 <= size &&
+          (best == free_.end() || capacity < (*best)->capacity())) {
+        best = it;
+      }
+    }
+    if (best == free_.end()) return nullptr;
+    std::unique_ptr<Bytes> buffer = std::move(*best);
+    free_.erase(best);
+    free_bytes_ -= buffer->capacity();
+    return buffer;
+  }
+
+  void give_back(std::unique_ptr<Bytes> buffer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_bytes_ += buffer->capacity();
+    free_.push_back(std::move(buffer));
+    while (free_.size() > kMaxFree || free_bytes_ > kMaxFreeBytes) {
+      free_bytes_ -= free_.front()->capacity();  // oldest first
+      free_.erase(free_.begin());
+    }
+  }
+
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<Bytes>> free_;  // oldest first
+  size_t free_bytes_ = 0;
+};
+
+std::shared_ptr<Bytes> staging_buffer(size_t size) {
+  return StagingPool::get().take(size);
+}
 
 // Copy work that adds its modelled time and `bytes` (device bytes moved) to
 // torch.spyre.device_time_stats() once it ran.
@@ -115,17 +187,19 @@ void copy_to_host(const at::Tensor& src, const at::Tensor& dst,
   auto work = [device, layout, ptr, storage, dst_storage, straight,
                src_geometry = Geometry(src), dst_geometry = Geometry(dst),
                dst_data = dst.data_ptr()]() {
-    Bytes staging(layout->device_bytes());
-    const double ns = device->copy_to_host(staging.data(), ptr, staging.size());
+    const std::shared_ptr<Bytes> staging =
+        staging_buffer(layout->device_bytes());
+    const double ns =
+        device->copy_to_host(staging->data(), ptr, staging->size());
     if (straight) {
-      unpack(*layout, staging.data(), static_cast<uint8_t*>(dst_data));
+      unpack(*layout, staging->data(), static_cast<uint8_t*>(dst_data));
       return ns;
     }
-    Bytes image(storage.nbytes());
-    unpack(*layout, staging.data(), image.data());
+    const std::shared_ptr<Bytes> image = staging_buffer(storage.nbytes());
+    unpack(*layout, staging->data(), image->data());
     const int64_t element = c10::elementSize(src_geometry.dtype);
     const at::Tensor from = src_geometry.over(
-        image.data(), static_cast<int64_t>(image.size()) / element);
+        image->data(), static_cast<int64_t>(image->size()) / element);
     const int64_t dst_elements = static_cast<int64_t>(
         dst_storage.nbytes() / c10::elementSize(dst_geometry.dtype));
     dst_geometry.over(dst_storage.mutable_data(), dst_elements).copy_(from);
@@ -266,7 +340,7 @@ at::Tensor host_image(const c10::Storage& storage) {
                         "spyre: storage of ", storage.nbytes(),
                         " bytes has layout ", allocation.layout->to_string());
   rt::Device* device = &runtime_device(allocation.device);
-  auto staging = std::make_shared<Bytes>(allocation.layout->device_bytes());
+  auto staging = staging_buffer(allocation.layout->device_bytes());
   auto work = [device, staging, ptr = allocation.ptr, storage]() {
     return device->copy_to_host(staging->data(), ptr, staging->size());
   };
@@ -282,7 +356,7 @@ void write_image(const c10::Storage& storage, const uint8_t* image,
                  bool non_blocking) {
   const Allocation& allocation = allocation_of(storage);
   if (storage.nbytes() == 0) return;
-  auto staging = std::make_shared<Bytes>(allocation.layout->device_bytes());
+  auto staging = staging_buffer(allocation.layout->device_bytes());
   pack(*allocation.layout, image, staging->data());
   rt::Device* device = &runtime_device(allocation.device);
   auto work = [device, staging, ptr = allocation.ptr, storage]() {
