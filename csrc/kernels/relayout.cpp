@@ -13,15 +13,21 @@ constexpr uint64_t kStick = rt::kStickBytes;
 // in the timing table), and only one group is left to transpose after the
 // final piece arrives.
 constexpr uint64_t kBytesPerTransposeRow = 512;
-// Receives trail sends by enough steps that a receive finds its piece
-// there and does not hold up the core's next send: a piece is in flight
-// for up to half the ring's hops (figures of the timing table: ~12 cycles
-// a hop, 128 bytes a cycle, ~8 cycles to start a send).
-constexpr uint64_t kFarthestPieceCycles = 16 * 12 + 8;
-uint32_t receive_lag(uint64_t step_bytes, uint64_t sends_per_step) {
-  const uint64_t step_cycles = 8 * sends_per_step + ceil_div(step_bytes, 128);
-  return static_cast<uint32_t>(
-      std::max<uint64_t>(1, ceil_div(kFarthestPieceCycles, step_cycles)));
+// Ring figures of the timing table (sim-timing-2), used only to order each
+// core's ring instructions: ~12 cycles a hop, 128 bytes a cycle, ~8 cycles
+// to start a send.
+constexpr uint64_t kHopCycles = 12;
+constexpr uint64_t kSendFixedCycles = 8;
+constexpr uint64_t kRingBytesPerCycle = 128;
+// A receive waits in the core's ring queue, holding up its later sends, so
+// it goes in this long after its piece would land if every core left the
+// barrier together: they leave up to ~180 cycles apart on 32 cores. 150 was
+// the best of 0..300 measured on relayout_bench (sim-timing-2).
+constexpr uint64_t kReceiveMarginCycles = 150;
+
+uint64_t ring_distance(uint32_t a, uint32_t b, uint32_t cores) {
+  const uint32_t d = a > b ? a - b : b - a;
+  return std::min(d, cores - d);
 }
 
 uint32_t u32(uint64_t v) { return static_cast<uint32_t>(v); }
@@ -78,6 +84,29 @@ void emit_own_piece(CoreBuilder& core, const RelayoutPlacement& p, uint32_t i,
                 u32(e)));
 }
 
+// The exchange runs in steps: at step t core i sends its piece to core
+// i ^ t and receives core (i ^ t)'s piece (pairs over the next power of two
+// of the core count; a partner past the last core sits the step out).
+// Source cores of a receiver then arrive in aligned groups of `per_group`:
+// steps [g * per_group, (g + 1) * per_group) complete the group of cores
+// i ^ g * per_group, so each group is transposed at full vector width as
+// soon as its last piece lands. The receiver's own group comes first (its
+// own piece is already there), so the vector unit starts after
+// per_group - 1 pieces. (The order of the other groups measured within 1%
+// either way on relayout_bench.)
+std::vector<uint32_t> exchange_steps(uint32_t cores, uint32_t per_group) {
+  uint32_t span = 1;
+  while (span < cores) span *= 2;
+  std::vector<uint32_t> steps;
+  for (uint32_t t = 1; t < std::min(per_group, span); ++t) steps.push_back(t);
+  for (uint32_t g = 1; g < span / per_group; ++g) {
+    for (uint32_t t = g * per_group; t < (g + 1) * per_group; ++t) {
+      steps.push_back(t);
+    }
+  }
+  return steps;
+}
+
 void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
   const uint32_t n = p.cores;
   const uint64_t e = rt::elements_per_stick(p.dtype);
@@ -91,9 +120,15 @@ void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
       }
     }
   }
-  const uint32_t per_group = u32(
-      std::max<uint64_t>(1, kBytesPerTransposeRow / rt::element_size(p.dtype) /
-                                std::max<uint64_t>(p.row_blocks.chunk(), 1)));
+  // Source cores per transposed group: a power of two, so that groups are
+  // aligned to the exchange's xor steps.
+  uint32_t per_group = 1;
+  while (2 * per_group * std::max<uint64_t>(p.row_blocks.chunk(), 1) *
+             rt::element_size(p.dtype) <=
+         kBytesPerTransposeRow) {
+    per_group *= 2;
+  }
+  const std::vector<uint32_t> steps = exchange_steps(n, per_group);
   const uint32_t groups = u32(ceil_div(n, per_group));
   for (uint32_t i = 0; i < n; ++i) {
     CoreBuilder& core = builder.core(i);
@@ -121,38 +156,72 @@ void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
       for (uint64_t s = 0; s < my_sticks; ++s) emit_own_piece(core, p, i, s);
       arrived(i);
     }
-    auto send = [&](uint32_t t) {
-      const uint32_t j = (i + t) % n;
+    // Sends in step order; each receive goes after the last send that
+    // starts before its piece is expected (the partner sends it in the
+    // same step), so a receive rarely holds up the core's next send.
+    struct Receive {
+      uint64_t ready;
+      uint32_t from;
+    };
+    std::vector<Receive> receives;
+    uint64_t clock = 0;
+    for (uint32_t t : steps) {
+      const uint32_t j = i ^ t;
+      if (j >= n) continue;
       const uint64_t bcj = p.col_blocks.size(j);
-      if (br == 0 || bcj == 0) return;
+      const uint64_t brj = p.row_blocks.size(j);
+      uint64_t piece_cycles = 0;
+      if (br > 0 && bcj > 0) {
+        for (uint64_t s = 0; s < sticks(bcj, p.dtype); ++s) {
+          piece_cycles +=
+              kSendFixedCycles + ceil_div(br * kStick, kRingBytesPerCycle);
+        }
+      }
+      if (brj > 0 && bc > 0) {
+        const uint64_t theirs =
+            my_sticks *
+            (kSendFixedCycles + ceil_div(brj * kStick, kRingBytesPerCycle));
+        receives.push_back({clock + theirs +
+                                kHopCycles * ring_distance(i, j, n) +
+                                kReceiveMarginCycles,
+                            j});
+      }
+      clock += piece_cycles;
+    }
+    std::stable_sort(
+        receives.begin(), receives.end(),
+        [](const Receive& a, const Receive& b) { return a.ready < b.ready; });
+    size_t next_receive = 0;
+    auto receive_until = [&](uint64_t time) {
+      for (; next_receive < receives.size() &&
+             receives[next_receive].ready <= time;
+           ++next_receive) {
+        const uint32_t k = receives[next_receive].from;
+        for (uint64_t s = 0; s < my_sticks; ++s) {
+          core.emit(rt::RingRecv{
+              u32(channel[k][i] + s), k,
+              u32(p.staging + (s * p.rows + p.row_blocks.begin(k)) * kStick),
+              u32(p.row_blocks.size(k) * kStick)});
+        }
+        arrived(k);
+      }
+    };
+    clock = 0;
+    for (uint32_t t : steps) {
+      const uint32_t j = i ^ t;
+      if (j >= n) continue;
+      const uint64_t bcj = p.col_blocks.size(j);
+      if (br == 0 || bcj == 0) continue;
       for (uint64_t s = 0; s < sticks(bcj, p.dtype); ++s) {
+        receive_until(clock);
         const uint64_t stick = p.col_blocks.begin(j) / e + s;
         core.emit(rt::RingSend{u32(channel[i][j] + s), j,
                                u32(p.src + stick * br * kStick),
                                u32(br * kStick)});
+        clock += kSendFixedCycles + ceil_div(br * kStick, kRingBytesPerCycle);
       }
-    };
-    auto receive = [&](uint32_t t) {
-      const uint32_t k = (i + n - t) % n;
-      const uint64_t brk = p.row_blocks.size(k);
-      if (brk == 0 || bc == 0) return;
-      for (uint64_t s = 0; s < my_sticks; ++s) {
-        core.emit(rt::RingRecv{
-            u32(channel[k][i] + s), k,
-            u32(p.staging + (s * p.rows + p.row_blocks.begin(k)) * kStick),
-            u32(brk * kStick)});
-      }
-      arrived(k);
-    };
-    // Step t sends to core i + t and receives from core i - t, the
-    // receives `lag` steps behind the sends.
-    const uint64_t step_sticks = sticks(p.col_blocks.chunk(), p.dtype);
-    const uint32_t lag =
-        receive_lag(step_sticks * p.row_blocks.chunk() * kStick, step_sticks);
-    for (uint32_t t = 1; t < n + lag; ++t) {
-      if (t < n) send(t);
-      if (t > lag && t - lag < n) receive(t - lag);
     }
+    receive_until(~uint64_t{0});
   }
 }
 

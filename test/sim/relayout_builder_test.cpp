@@ -97,6 +97,21 @@ TEST(RestickifyWide, TwoSticksPerColumnBlock) {
                    Matrix::stick_columns(4096, 130, t));
 }
 
+TEST(RestickifyOddCores, XorPartnersPastTheLastCoreSitOut) {
+  // 13 cores: the exchange pairs cores i and i ^ t over 16, so some steps
+  // have no partner, and the last transpose group is ragged (cores 12..15
+  // of a group of 4 hold only core 12's rows).
+  const DType t = DType::kFloat16;
+  check_restickify(Matrix::stick_columns(13 * 64, 13 * 64 - 5, t),
+                   Matrix::stick_columns(13 * 64 - 5, 13 * 64, t), 13);
+}
+
+TEST(RestickifyOddCores, TwoCoresBf16) {
+  const DType t = DType::kBFloat16;
+  check_restickify(Matrix::stick_columns(128, 100, t),
+                   Matrix::row_major(100, 128, t), 2);
+}
+
 TEST(RestickifyOneCore, NoExchangeStillTransposes) {
   const DType t = DType::kFloat16;
   check_restickify(Matrix::stick_columns(100, 70, t),
