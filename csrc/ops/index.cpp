@@ -17,11 +17,18 @@
 namespace spyre::torch_glue::ops {
 namespace {
 
+// A gather moves whole rows of sticks. Rows of one element are stored
+// across the sticks (the layout drops a trailing size-1 dim), so there is no
+// row to move: such tables go to the CPU fallback.
+bool rows_along_sticks(const at::Tensor& table) {
+  return table.dim() == 0 || table.size(-1) != 1;
+}
+
 bool gatherable(const at::Tensor& table, const at::Tensor& index) {
   return has_device_dtype(table.scalar_type()) && table.element_size() > 0 &&
          (index.scalar_type() == at::kLong ||
           index.scalar_type() == at::kInt) &&
-         index.is_privateuseone();
+         index.is_privateuseone() && rows_along_sticks(table);
 }
 
 // out rows = table rows index[...] along `dim` (not the last), the table's

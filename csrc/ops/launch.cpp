@@ -2,6 +2,7 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/record_function.h>
 #include <c10/util/Exception.h>
@@ -657,6 +658,16 @@ void launch_elementwise(const std::string& name,
     }
     if (!operand) {  // broadcast the way this layout cannot: expand it
       input = materialize(input.expand(out.sizes()));
+      strides = it.strides(input, out.dim(), false);
+      operand = stick_operand(input, sizes, strides, 0);
+    }
+    if (!operand) {
+      // out runs in another memory order than any default layout (a
+      // permuted out=): lay the input out like out, through the host.
+      at::Tensor like =
+          at::empty_strided(out.sizes(), out.strides(), input.options());
+      write_through_host(input.expand(out.sizes()), like);
+      input = like;
       strides = it.strides(input, out.dim(), false);
       operand = stick_operand(input, sizes, strides, 0);
     }

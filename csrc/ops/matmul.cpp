@@ -45,17 +45,39 @@ struct Operand {
   bool transposed = false;
 };
 
-Operand operand(const at::Tensor& t, int64_t batch) {
-  if (auto m = matrix_view(t, batch)) return {t, *m, false};
+std::optional<Operand> addressed(const at::Tensor& t, int64_t batch) {
+  if (auto m = matrix_view(t, batch)) return Operand{t, *m, false};
   if (t.dim() >= 2) {
     at::Tensor flipped = t.transpose(-1, -2);
     // A transposed stored matrix has one row dim: the flipped view's
     // next-to-last dim.
-    if (auto m = matrix_view(flipped, batch)) return {t, *m, true};
+    if (auto m = matrix_view(flipped, batch)) return Operand{t, *m, true};
   }
-  at::Tensor copy = t;
-  kernels::Matrix m = matrix_operand(copy, batch);
-  return {copy, m, false};
+  return std::nullopt;
+}
+
+// A materialized [K, 1] column is stored along its rows (the layout drops
+// the size-1 dim), so it is read transposed like any other.
+Operand operand(const at::Tensor& t, int64_t batch) {
+  if (auto o = addressed(t, batch)) return *o;
+  auto o = addressed(materialize(t), batch);
+  TORCH_INTERNAL_ASSERT(o.has_value(),
+                        "spyre: a materialized matmul operand of shape ",
+                        t.sizes(), " is not addressable");
+  return *o;
+}
+
+// Products whose every result is [1, 1] (dot products) have no stick to
+// write along, either way round: a device multiply and a reduction in fp32.
+void run_dots(const at::Tensor& a, const at::Tensor& b,
+              const std::optional<at::Tensor>& bias, double alpha, double beta,
+              const at::Tensor& out) {
+  at::Tensor dot = a.to(at::kFloat)
+                       .mul(b.transpose(-1, -2).to(at::kFloat))
+                       .sum(-1, /*keepdim=*/true);
+  if (alpha != 1) dot = dot.mul(alpha);
+  if (bias && beta != 0) dot = dot.add(bias->to(at::kFloat), beta);
+  out.copy_(dot.expand(out.sizes()));
 }
 
 // out = alpha * a @ b + beta * bias. a [..., M, K], b [..., K, N] and out
@@ -71,6 +93,10 @@ void run_matmul(const at::Tensor& a, const at::Tensor& b,
   if (k == 0) {
     out.zero_();
     if (bias && beta != 0) out.add_(*bias, beta);
+    return;
+  }
+  if (out.size(-1) == 1 && out.size(-2) == 1) {
+    run_dots(a, b, bias, alpha, beta, out);
     return;
   }
   if (!matrix_view(out, batch)) {
@@ -257,7 +283,7 @@ at::Tensor matmul_kernel(const at::Tensor& a, const at::Tensor& b) {
   run_matmul(a2.expand(a_sizes), b2.expand(b_sizes), std::nullopt, 1, 0, out,
              static_cast<int64_t>(batch.size()));
   if (b.dim() == 1) out = out.squeeze(-1);
-  if (a.dim() == 1) out = out.squeeze(-2);
+  if (a.dim() == 1) out = out.squeeze(b.dim() == 1 ? -1 : -2);
   return out;
 }
 

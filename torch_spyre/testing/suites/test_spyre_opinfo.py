@@ -35,6 +35,16 @@ def _to_device(x, device):
     return x.to(device) if isinstance(x, torch.Tensor) else x
 
 
+def _on_device(sample, device):
+    """`sample` with its tensors on `device`, and a factory's `device=`
+    argument too (OpInfo samples are made on the CPU: without this, arange
+    and friends would run there)."""
+    moved = sample.transform(lambda t: _to_device(t, device))
+    if "device" in moved.kwargs:
+        moved.kwargs = {**moved.kwargs, "device": device}
+    return moved
+
+
 def _to_cpu(x):
     return x.cpu() if isinstance(x, torch.Tensor) else x
 
@@ -58,14 +68,14 @@ class TestSpyreOpInfo(TestCase):
     @ops(NATIVE_OPS, allowed_dtypes=DEVICE_DTYPES)
     def test_forward(self, device, dtype, op):
         self._compare_samples(device, dtype, op,
-                              lambda s, d: s.transform(lambda t: _to_device(t, d)))
+                              _on_device)
 
     @ops(NATIVE_OPS, allowed_dtypes=DEVICE_DTYPES)
     def test_noncontiguous(self, device, dtype, op):
         # Moved first, then made noncontiguous on the device: `.to()` of a
         # noncontiguous CPU tensor would give a dense device tensor.
         self._compare_samples(device, dtype, op,
-                              lambda s, d: s.transform(lambda t: _to_device(t, d)).noncontiguous())
+                              lambda s, d: _on_device(s, d).noncontiguous())
 
     @ops(NATIVE_OPS_WITH_OUT, allowed_dtypes=DEVICE_DTYPES)
     def test_out(self, device, dtype, op):
@@ -76,7 +86,7 @@ class TestSpyreOpInfo(TestCase):
             expected = _run(op, sample)
             out = tree_map(lambda t: torch.empty_like(t, device=device)
                            if isinstance(t, torch.Tensor) else t, expected)
-            on_device = sample.transform(lambda t: _to_device(t, device))
+            on_device = _on_device(sample, device)
             returned = op(on_device.input, *on_device.args, **on_device.kwargs, out=out)
             self.assertEqual(tree_map(_to_cpu, out), expected, exact_device=False,
                              msg=lambda m: f"sample {index} ({sample.summary()}): {m}")
