@@ -23,10 +23,15 @@ bool floating(at::ScalarType t) {
 }
 
 at::Tensor along_last_dim(at::Tensor x, bool log) {
+  if (x.numel() > 0 && (x.dim() == 0 || x.size(-1) == 1)) {
+    // One element per row: log_softmax is x - x, softmax its exp (NaN for a
+    // masked -inf or a NaN, as on the CPU; 0 and 1 otherwise).
+    const at::Tensor zero = x.sub(x);
+    return log ? zero : zero.exp();
+  }
   at::Tensor out =
       at::empty(x.sizes(), x.options().memory_format(std::nullopt));
   if (x.numel() == 0) return out;
-  if (x.dim() == 0 || x.size(-1) == 1) return out.fill_(log ? 0.0 : 1.0);
   const kernels::Matrix in = matrix_operand(x, 0);
   const kernels::Matrix out_m = *matrix_view(out, 0);
   std::string key = log ? "log_softmax" : "softmax";
