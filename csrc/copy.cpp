@@ -24,8 +24,8 @@
 namespace spyre::torch_glue {
 namespace {
 
-// A host staging buffer left uninitialised: pack and unpack write every byte
-// of it before it is read (zeroing 64 MiB first costs as much as a copy).
+// A host buffer left uninitialised: whoever takes one writes every byte of
+// it before it is read (zeroing 64 MiB first costs as much as a copy).
 // Its capacity may exceed size() when it comes from the StagingPool.
 class Bytes {
  public:
@@ -44,7 +44,8 @@ class Bytes {
   size_t capacity_;
 };
 
-// Staging buffers of large copies, reused: a fresh buffer of many MiB costs
+// Host buffers of large copies (whole images of views, private copies of
+// non_blocking sources), reused: a fresh buffer of many MiB costs
 // the kernel's page faults and zeroing, about a copy's worth of time, and
 // freeing it returns the pages (so every copy paid it again). At most
 // kMaxFree buffers of at most kMaxFreeBytes in all are kept.
@@ -172,6 +173,47 @@ struct Geometry {
   }
 };
 
+// The device image at `ptr` into the host image `image`, converted from the
+// stick layout as it is copied (one pass). Runs on a queue.
+double download_image(rt::Device& device, rt::DevicePtr ptr,
+                      const DeviceLayout& layout, uint8_t* image) {
+  return device.copy_to_host_unpacked(
+      ptr, layout.device_bytes(),
+      [&](const uint8_t* in, uint64_t begin, uint64_t end) {
+        unpack_range(layout, in, begin, end, image);
+      });
+}
+
+// Queues the upload of `image` (the storage's whole host image), converted
+// to the stick layout as it is copied (one pass), on the device's current
+// stream, and waits for it when `wait`. The work reads `image` when it runs
+// and holds `image_owner` until then: without `wait`, the caller must leave
+// the image unchanged until the stream reaches the copy (as CUDA asks of a
+// non_blocking copy from pinned memory).
+void upload_image(const c10::Storage& storage, const uint8_t* image,
+                  std::shared_ptr<const void> image_owner, bool wait) {
+  const Allocation& allocation = allocation_of(storage);
+  if (storage.nbytes() == 0) return;
+  rt::Device* device = &runtime_device(allocation.device);
+  const uint64_t bytes = allocation.layout->device_bytes();
+  auto work = [device, layout = allocation.layout, ptr = allocation.ptr, bytes,
+               image, storage, image_owner = std::move(image_owner)]() {
+    return device->copy_to_device_packed(
+        ptr, bytes, [&](uint8_t* out, uint64_t begin, uint64_t end) {
+          pack_range(*layout, image, begin, end, out);
+        });
+  };
+  rt::Stream& stream = stream_of(allocation.device);
+  call_runtime([&] { stream.enqueue(counted_copy(bytes, std::move(work))); });
+  if (wait) wait_for(stream);
+}
+
+// A CPU tensor's storage held by queued work (see Geometry on why not the
+// tensor).
+std::shared_ptr<const void> hold(const at::Tensor& tensor) {
+  return std::make_shared<const c10::Storage>(tensor.storage());
+}
+
 void copy_to_host(const at::Tensor& src, const at::Tensor& dst,
                   bool non_blocking) {
   const c10::Storage storage = src.storage();
@@ -186,17 +228,11 @@ void copy_to_host(const at::Tensor& src, const at::Tensor& dst,
   const c10::Storage dst_storage = dst.storage();
   auto work = [device, layout, ptr, storage, dst_storage, straight,
                src_geometry = Geometry(src), dst_geometry = Geometry(dst),
-               dst_data = dst.data_ptr()]() {
-    const std::shared_ptr<Bytes> staging =
-        staging_buffer(layout->device_bytes());
-    const double ns =
-        device->copy_to_host(staging->data(), ptr, staging->size());
-    if (straight) {
-      unpack(*layout, staging->data(), static_cast<uint8_t*>(dst_data));
-      return ns;
-    }
+               dst_data = static_cast<uint8_t*>(dst.data_ptr())]() {
+    if (straight) return download_image(*device, ptr, *layout, dst_data);
+    // A view: the whole image, then the view's elements from it.
     const std::shared_ptr<Bytes> image = staging_buffer(storage.nbytes());
-    unpack(*layout, staging->data(), image->data());
+    const double ns = download_image(*device, ptr, *layout, image->data());
     const int64_t element = c10::elementSize(src_geometry.dtype);
     const at::Tensor from = src_geometry.over(
         image->data(), static_cast<int64_t>(image->size()) / element);
@@ -215,19 +251,26 @@ void copy_to_host(const at::Tensor& src, const at::Tensor& dst,
   if (!async) wait_for(stream);
 }
 
-// Host -> device from a CPU tensor of dst's dtype and shape.
+// Host -> device from a CPU tensor of dst's dtype and shape. A non_blocking
+// copy from pinned memory (or from an image of our own) is converted when
+// the stream runs it; from pageable user memory it is synchronous, as in
+// CUDA, so the caller may reuse the source at once.
 void copy_from_host(const at::Tensor& src, const at::Tensor& dst,
                     bool non_blocking) {
   if (dst.numel() == 0) return;
   if (covers_storage(dst)) {
     const at::Tensor image = src.contiguous();
-    write_image(dst.storage(), static_cast<const uint8_t*>(image.data_ptr()),
-                non_blocking);
+    const bool async =
+        non_blocking &&
+        at::detail::getPrivateUse1Hooks().isPinnedPtr(image.data_ptr());
+    upload_image(dst.storage(), static_cast<const uint8_t*>(image.data_ptr()),
+                 hold(image), !async);
     return;
   }
   at::Tensor image = host_image(dst.storage());
   view_in_image(dst, image).copy_(src);
-  write_image(dst.storage(), image.data_ptr<uint8_t>(), non_blocking);
+  upload_image(dst.storage(), image.data_ptr<uint8_t>(), hold(image),
+               !non_blocking);
 }
 
 bool same_device_raw_copy(const at::Tensor& src, const at::Tensor& dst) {
@@ -340,32 +383,31 @@ at::Tensor host_image(const c10::Storage& storage) {
                         "spyre: storage of ", storage.nbytes(),
                         " bytes has layout ", allocation.layout->to_string());
   rt::Device* device = &runtime_device(allocation.device);
-  auto staging = staging_buffer(allocation.layout->device_bytes());
-  auto work = [device, staging, ptr = allocation.ptr, storage]() {
-    return device->copy_to_host(staging->data(), ptr, staging->size());
+  const uint64_t bytes = allocation.layout->device_bytes();
+  // The work writes `image`, which outlives it: the wait below returns only
+  // once the stream ran everything queued.
+  auto work = [device, layout = allocation.layout, ptr = allocation.ptr,
+               storage, out = image.data_ptr<uint8_t>()]() {
+    return download_image(*device, ptr, *layout, out);
   };
   rt::Stream& stream = stream_of(allocation.device);
-  call_runtime(
-      [&] { stream.enqueue(counted_copy(staging->size(), std::move(work))); });
+  call_runtime([&] { stream.enqueue(counted_copy(bytes, std::move(work))); });
   wait_for(stream);
-  unpack(*allocation.layout, staging->data(), image.data_ptr<uint8_t>());
   return image;
 }
 
 void write_image(const c10::Storage& storage, const uint8_t* image,
                  bool non_blocking) {
-  const Allocation& allocation = allocation_of(storage);
   if (storage.nbytes() == 0) return;
-  auto staging = staging_buffer(allocation.layout->device_bytes());
-  pack(*allocation.layout, image, staging->data());
-  rt::Device* device = &runtime_device(allocation.device);
-  auto work = [device, staging, ptr = allocation.ptr, storage]() {
-    return device->copy_to_device(ptr, staging->data(), staging->size());
-  };
-  rt::Stream& stream = stream_of(allocation.device);
-  call_runtime(
-      [&] { stream.enqueue(counted_copy(staging->size(), std::move(work))); });
-  if (!non_blocking) wait_for(stream);
+  if (!non_blocking) {
+    upload_image(storage, image, nullptr, true);
+    return;
+  }
+  // The caller may reuse `image` at once: upload a copy of our own.
+  std::shared_ptr<Bytes> own = staging_buffer(storage.nbytes());
+  std::memcpy(own->data(), image, storage.nbytes());
+  const uint8_t* data = own->data();
+  upload_image(storage, data, std::move(own), false);
 }
 
 void resize_storage(const c10::Storage& storage, size_t new_bytes,

@@ -77,99 +77,305 @@ void check_host_dim_tiling(const DeviceLayout& layout, int64_t h) {
               " elements of host dimension " + std::to_string(h));
 }
 
-// Calls visit(stick_index, host_element_index, host_stick_stride, valid) for
-// each stick of the layout; `valid` elements of the stick hold host data.
-// Sticks are visited with the stick dimension's tile index varying fastest:
-// the host image is then read (or written) along its rows, and the device
-// buffer in a few sequential streams, which keeps both caches and TLB warm
-// (device order would jump a whole host row per stick).
-template <typename Visit>
-void for_each_stick(const DeviceLayout& layout, Visit&& visit) {
-  const int64_t m = static_cast<int64_t>(layout.device_size.size());
-  const int64_t sticks =
-      std::accumulate(layout.device_size.begin(), layout.device_size.end() - 1,
-                      int64_t{1}, std::multiplies<>());
-  if (sticks == 0 || layout.host_elements() == 0) return;
-  const auto host_strides = row_major_strides(layout.host_sizes);
-  const int64_t stick_dim = layout.dim_map[m - 1];
-  const int64_t per_stick = layout.device_size[m - 1];
-  const int64_t stick_stride = host_strides[stick_dim];
-  const int64_t stick_limit = layout.host_sizes[stick_dim];
+// A run of sticks met by a walk: `count` sticks, the i-th being device stick
+// `stick + i * stick_step` (in device order) and holding the host elements
+// `host + i * host_step + e * stride` for e < valid; the rest of each stick
+// is padding.
+struct StickRun {
+  int64_t stick, host, count, stick_step, host_step, stride, valid;
+};
 
-  std::vector<int64_t> sticks_per_step(m - 1, 1);  // device stride, in sticks
-  for (int64_t k = m - 3; k >= 0; --k) {
-    sticks_per_step[k] = sticks_per_step[k + 1] * layout.device_size[k + 1];
+// What a walk over the stick grid of a layout (its device dims but the
+// last) needs, computed once.
+struct StickGrid {
+  explicit StickGrid(const DeviceLayout& layout)
+      : layout(layout),
+        dims(static_cast<int64_t>(layout.device_size.size()) - 1),
+        host_strides(row_major_strides(layout.host_sizes)),
+        sticks_per_step(dims, 1),
+        stick_dim(layout.dim_map.back()),
+        per_stick(layout.device_size.back()),
+        stick_stride(host_strides[stick_dim]),
+        stick_limit(layout.host_sizes[stick_dim]) {
+    for (int64_t k = dims - 2; k >= 0; --k) {
+      sticks_per_step[k] = sticks_per_step[k + 1] * layout.device_size[k + 1];
+    }
+    sticks = dims == 0 ? 1 : sticks_per_step[0] * layout.device_size[0];
+    // Each host element has one place and each stick holds elements of
+    // one row, so the sticks holding data are the rows times their tiles.
+    const int64_t rows =
+        stick_limit == 0 ? 0 : layout.host_elements() / stick_limit;
+    every_stick_holds_data = rows * ceil_div(stick_limit, per_stick) == sticks;
+  }
+
+  const DeviceLayout& layout;
+  int64_t dims;  // device dims above the stick
+  std::vector<int64_t> host_strides;
+  std::vector<int64_t> sticks_per_step;  // device stride of each dim, sticks
+  int64_t stick_dim;                     // host dim along the sticks
+  int64_t per_stick;                     // elements per stick
+  int64_t stick_stride;  // host elements between a stick's elements
+  int64_t stick_limit;   // host size of the stick dim
+  int64_t sticks = 0;
+  // Padding only at stick ends: no stick is padding as a whole, so packing
+  // needs no zeroing pass.
+  bool every_stick_holds_data = false;
+};
+
+// Visits, as StickRuns, the sticks holding host data in the box of the grid
+// where device dim k runs over [lo[k], hi[k]). Sticks are met with the stick
+// dimension's tile index varying fastest: the host image is then read (or
+// written) along its rows, and the device buffer in a few sequential
+// streams, which keeps both caches and TLB warm (device order would jump a
+// whole host row per stick).
+template <typename Visit>
+void walk_box(const StickGrid& grid, const std::vector<int64_t>& lo,
+              const std::vector<int64_t>& hi, Visit&& visit) {
+  const DeviceLayout& layout = grid.layout;
+  const int64_t per_stick = grid.per_stick;
+  if (grid.dims == 0) {  // one stick
+    const int64_t valid = std::min(grid.stick_limit, per_stick);
+    if (valid > 0) visit(StickRun{0, 0, 1, 0, 0, grid.stick_stride, valid});
+    return;
   }
   // The odometer walks "virtual" dims, outermost first: each advances one
   // device dim by `mult`. The dim just outside the tile dim is split in
   // blocks of kBlock so a block of host rows is read while each tile's
-  // sticks are written contiguously (no 4 KiB-aliased write streams).
+  // sticks are written contiguously (no 4 KiB-aliased write streams). The
+  // innermost virtual dim (always mult 1) becomes the run.
   constexpr int64_t kBlock = 16;
   struct Step {
     int64_t dim, mult, count;
   };
   std::vector<Step> order;
   int64_t tile_dim = -1;
-  for (int64_t k = 0; k + 1 < m; ++k) {
-    if (layout.dim_map[k] == stick_dim && tile_dim < 0) {
+  for (int64_t k = 0; k < grid.dims; ++k) {
+    const int64_t extent = hi[k] - lo[k];
+    if (extent <= 0) return;
+    if (layout.dim_map[k] == grid.stick_dim && tile_dim < 0) {
       tile_dim = k;
     } else {
-      order.push_back({k, 1, layout.device_size[k]});
+      order.push_back({k, 1, extent});
     }
   }
   if (tile_dim >= 0) {
-    if (!order.empty() && layout.device_size[tile_dim] > 1 &&
-        order.back().count > kBlock) {
+    const int64_t tiles = hi[tile_dim] - lo[tile_dim];
+    if (!order.empty() && tiles > 1 && order.back().count > kBlock) {
       const Step rows = order.back();
-      order.back() = {rows.dim, kBlock, (rows.count + kBlock - 1) / kBlock};
-      order.push_back({tile_dim, 1, layout.device_size[tile_dim]});
+      order.back() = {rows.dim, kBlock, ceil_div(rows.count, kBlock)};
+      order.push_back({tile_dim, 1, tiles});
       order.push_back({rows.dim, 1, kBlock});
     } else {
-      order.push_back({tile_dim, 1, layout.device_size[tile_dim]});
+      order.push_back({tile_dim, 1, tiles});
     }
   }
-  int64_t visits = 1;
-  for (const Step& step : order) visits *= step.count;
+  const Step inner = order.back();
+  order.pop_back();
 
-  std::vector<int64_t> index(m - 1, 0);            // per device dim
-  std::vector<int64_t> position(order.size(), 0);  // per virtual dim
+  std::vector<int64_t> index(grid.dims, 0);        // per device dim
+  std::vector<int64_t> position(order.size(), 0);  // per outer virtual dim
   std::vector<int64_t> coord(layout.host_sizes.size(), 0);
   int64_t stick = 0;
   int64_t host = 0;
-  auto move = [&](const Step& step, int64_t times) {
-    const int64_t h = layout.dim_map[step.dim];
-    const int64_t amount = step.mult * times;
-    index[step.dim] += amount;
-    stick += sticks_per_step[step.dim] * amount;
+  auto move = [&](int64_t dim, int64_t amount) {
+    const int64_t h = layout.dim_map[dim];
+    index[dim] += amount;
+    stick += grid.sticks_per_step[dim] * amount;
     if (h >= 0) {
-      host += layout.dim_step[step.dim] * host_strides[h] * amount;
-      coord[h] += layout.dim_step[step.dim] * amount;
+      host += layout.dim_step[dim] * grid.host_strides[h] * amount;
+      coord[h] += layout.dim_step[dim] * amount;
     }
   };
+  for (int64_t k = 0; k < grid.dims; ++k) move(k, lo[k]);
+
+  // The run of the inner dim from the current position, cut where it leaves
+  // the box or its host dim, and split where its sticks' valid counts change.
+  const int64_t run_dim = inner.dim;
+  const int64_t run_host_dim = layout.dim_map[run_dim];
+  const int64_t run_step = layout.dim_step[run_dim];
+  const int64_t run_sticks = grid.sticks_per_step[run_dim];
+  const int64_t run_host =
+      run_host_dim >= 0 ? run_step * grid.host_strides[run_host_dim] : 0;
+  auto emit_run = [&]() {
+    int64_t count = std::min(inner.count, hi[run_dim] - index[run_dim]);
+    const int64_t along = coord[grid.stick_dim];
+    if (run_host_dim != grid.stick_dim) {
+      if (run_host_dim >= 0) {
+        count = std::min(count, ceil_div(layout.host_sizes[run_host_dim] -
+                                             coord[run_host_dim],
+                                         run_step));
+      }
+      const int64_t valid =
+          std::clamp<int64_t>(grid.stick_limit - along, 0, per_stick);
+      if (valid > 0 && count > 0) {
+        visit(StickRun{stick, host, count, run_sticks, run_host,
+                       grid.stick_stride, valid});
+      }
+      return;
+    }
+    // Along the sticks' own dim: whole sticks, then at most one partial.
+    const int64_t whole =
+        along + per_stick <= grid.stick_limit
+            ? std::min(count,
+                       (grid.stick_limit - per_stick - along) / run_step + 1)
+            : 0;
+    if (whole > 0) {
+      visit(StickRun{stick, host, whole, run_sticks, run_host,
+                     grid.stick_stride, per_stick});
+    }
+    const int64_t valid = grid.stick_limit - (along + whole * run_step);
+    if (whole < count && valid > 0) {
+      visit(StickRun{stick + whole * run_sticks, host + whole * run_host, 1,
+                     run_sticks, run_host, grid.stick_stride, valid});
+    }
+  };
+
+  int64_t visits = 1;
+  for (const Step& step : order) visits *= step.count;
   for (int64_t visited = 0; visited < visits; ++visited) {
     bool inside = true;
     for (const Step& step : order) {
-      if (index[step.dim] >= layout.device_size[step.dim]) inside = false;
+      if (index[step.dim] >= hi[step.dim]) inside = false;
     }
     for (size_t h = 0; h < coord.size() && inside; ++h) {
-      if (static_cast<int64_t>(h) != stick_dim &&
+      if (static_cast<int64_t>(h) != grid.stick_dim &&
           coord[h] >= layout.host_sizes[h]) {
         inside = false;
       }
     }
-    if (inside) {
-      const int64_t valid =
-          std::clamp<int64_t>(stick_limit - coord[stick_dim], 0, per_stick);
-      if (valid > 0) visit(stick, host, stick_stride, valid);
-    }
+    if (inside) emit_run();
     for (int64_t pos = static_cast<int64_t>(order.size()) - 1; pos >= 0;
          --pos) {
-      move(order[pos], 1);
+      move(order[pos].dim, order[pos].mult);
       if (++position[pos] < order[pos].count) break;
-      move(order[pos], -order[pos].count);
+      move(order[pos].dim, -order[pos].mult * order[pos].count);
       position[pos] = 0;
     }
   }
+}
+
+// Visits the sticks [first, last) of the device buffer (device order) that
+// hold host data, as the boxes of the grid that tile the range: at each dim
+// a partial block on either side and whole blocks between.
+template <typename Visit>
+void walk_sticks(const StickGrid& grid, int64_t first, int64_t last,
+                 Visit&& visit) {
+  if (first >= last || grid.layout.host_elements() == 0) return;
+  std::vector<int64_t> lo(grid.dims, 0);
+  std::vector<int64_t> hi(grid.dims, 0);
+  // Covers sticks [begin, end), counted from the start of the block of dims
+  // k.. whose outer indices are already set in lo/hi.
+  auto cover = [&](auto& self, int64_t k, int64_t begin, int64_t end) -> void {
+    if (begin >= end) return;
+    if (k == grid.dims) {
+      walk_box(grid, lo, hi, visit);
+      return;
+    }
+    const int64_t block = grid.sticks_per_step[k];
+    const int64_t head = begin / block;
+    const int64_t tail = (end - 1) / block;
+    auto partial = [&](int64_t i, int64_t from, int64_t to) {
+      lo[k] = i;
+      hi[k] = i + 1;
+      self(self, k + 1, from, to);
+    };
+    if (head == tail) {
+      partial(head, begin - head * block, end - head * block);
+      return;
+    }
+    int64_t whole_lo = head;
+    int64_t whole_hi = tail + 1;
+    if (begin % block != 0) {
+      partial(head, begin % block, block);
+      whole_lo = head + 1;
+    }
+    if (end % block != 0) whole_hi = tail;
+    if (whole_lo < whole_hi) {
+      lo[k] = whole_lo;
+      hi[k] = whole_hi;
+      for (int64_t j = k + 1; j < grid.dims; ++j) {
+        lo[j] = 0;
+        hi[j] = grid.layout.device_size[j];
+      }
+      walk_box(grid, lo, hi, visit);
+    }
+    if (end % block != 0) partial(tail, 0, end % block);
+  };
+  cover(cover, 0, first, last);
+}
+
+// One stick's elements between the host image and the device buffer. The
+// contiguous case is a fixed-size copy the compiler turns into vector moves.
+template <size_t kElement>
+void gather_elements(uint8_t* out, const uint8_t* image, int64_t stride,
+                     int64_t valid) {
+  for (int64_t e = 0; e < valid; ++e) {
+    std::memcpy(out + e * kElement, image + e * stride * kElement, kElement);
+  }
+}
+
+template <size_t kElement>
+void scatter_elements(uint8_t* image, const uint8_t* in, int64_t stride,
+                      int64_t valid) {
+  for (int64_t e = 0; e < valid; ++e) {
+    std::memcpy(image + e * stride * kElement, in + e * kElement, kElement);
+  }
+}
+
+void pack_stick(uint8_t* out, const uint8_t* image, int64_t stride,
+                int64_t valid, size_t es) {
+  if (valid * static_cast<int64_t>(es) == kStickBytes && stride == 1) {
+    std::memcpy(out, image, kStickBytes);
+    return;
+  }
+  if (stride == 1) {
+    std::memcpy(out, image, valid * es);
+  } else {
+    switch (es) {
+      case 1:
+        gather_elements<1>(out, image, stride, valid);
+        break;
+      case 2:
+        gather_elements<2>(out, image, stride, valid);
+        break;
+      case 4:
+        gather_elements<4>(out, image, stride, valid);
+        break;
+      default:
+        gather_elements<8>(out, image, stride, valid);
+        break;
+    }
+  }
+  std::memset(out + valid * es, 0, kStickBytes - valid * es);
+}
+
+void unpack_stick(uint8_t* image, const uint8_t* in, int64_t stride,
+                  int64_t valid, size_t es) {
+  if (stride == 1) {
+    std::memcpy(image, in, valid * es);
+    return;
+  }
+  switch (es) {
+    case 1:
+      scatter_elements<1>(image, in, stride, valid);
+      break;
+    case 2:
+      scatter_elements<2>(image, in, stride, valid);
+      break;
+    case 4:
+      scatter_elements<4>(image, in, stride, valid);
+      break;
+    default:
+      scatter_elements<8>(image, in, stride, valid);
+      break;
+  }
+}
+
+void check_range(const DeviceLayout& layout, uint64_t begin, uint64_t end) {
+  require(begin <= end && end <= layout.device_bytes(),
+          "byte range [" + std::to_string(begin) + ", " + std::to_string(end) +
+              ") is not inside the " + std::to_string(layout.device_bytes()) +
+              " device bytes of " + layout.to_string());
 }
 
 }  // namespace
@@ -317,41 +523,67 @@ DeviceLayout make_layout(std::vector<int64_t> host_sizes, uint32_t element_size,
   return layout;
 }
 
-void pack(const DeviceLayout& layout, const uint8_t* image, uint8_t* device) {
-  if (layout.device_bytes() != layout.host_bytes()) {
-    std::memset(device, 0, layout.device_bytes());  // the padding
-  }
+void pack_range(const DeviceLayout& layout, const uint8_t* image,
+                uint64_t begin, uint64_t end, uint8_t* out) {
+  check_range(layout, begin, end);
+  if (begin == end) return;
+  const StickGrid grid(layout);
+  if (!grid.every_stick_holds_data) std::memset(out, 0, end - begin);
   const size_t es = layout.element_size;
-  const int64_t per_stick = layout.elements_per_stick();
-  for_each_stick(
-      layout, [&](int64_t stick, int64_t host, int64_t stride, int64_t valid) {
-        uint8_t* out = device + static_cast<size_t>(stick * per_stick) * es;
-        if (stride == 1) {
-          std::memcpy(out, image + static_cast<size_t>(host) * es, valid * es);
-          return;
-        }
-        for (int64_t e = 0; e < valid; ++e) {
-          std::memcpy(out + e * es,
-                      image + static_cast<size_t>(host + e * stride) * es, es);
-        }
-      });
+  const uint64_t first = begin / kStickBytes;
+  const uint64_t last = (end + kStickBytes - 1) / kStickBytes;
+  walk_sticks(grid, first, last, [&](const StickRun& run) {
+    for (int64_t i = 0; i < run.count; ++i) {
+      const auto at =
+          static_cast<uint64_t>((run.stick + i * run.stick_step) * kStickBytes);
+      const uint8_t* from = image + (run.host + i * run.host_step) * es;
+      if (at >= begin && at + kStickBytes <= end) {
+        pack_stick(out + (at - begin), from, run.stride, run.valid, es);
+        continue;
+      }
+      // A stick cut by the range: pack it whole, keep the part inside.
+      uint8_t whole[kStickBytes];
+      pack_stick(whole, from, run.stride, run.valid, es);
+      const uint64_t lo = std::max(at, begin);
+      const uint64_t hi = std::min<uint64_t>(at + kStickBytes, end);
+      std::memcpy(out + (lo - begin), whole + (lo - at), hi - lo);
+    }
+  });
+}
+
+void unpack_range(const DeviceLayout& layout, const uint8_t* in, uint64_t begin,
+                  uint64_t end, uint8_t* image) {
+  check_range(layout, begin, end);
+  if (begin == end) return;
+  const StickGrid grid(layout);
+  const size_t es = layout.element_size;
+  const uint64_t first = begin / kStickBytes;
+  const uint64_t last = (end + kStickBytes - 1) / kStickBytes;
+  walk_sticks(grid, first, last, [&](const StickRun& run) {
+    for (int64_t i = 0; i < run.count; ++i) {
+      const auto at =
+          static_cast<uint64_t>((run.stick + i * run.stick_step) * kStickBytes);
+      uint8_t* to = image + (run.host + i * run.host_step) * es;
+      if (at >= begin && at + kStickBytes <= end) {
+        unpack_stick(to, in + (at - begin), run.stride, run.valid, es);
+        continue;
+      }
+      // A stick cut by the range: only its bytes inside, byte by byte (an
+      // element may be cut too).
+      for (uint64_t b = 0; b < run.valid * es; ++b) {
+        if (at + b < begin || at + b >= end) continue;
+        to[(b / es) * run.stride * es + b % es] = in[at + b - begin];
+      }
+    }
+  });
+}
+
+void pack(const DeviceLayout& layout, const uint8_t* image, uint8_t* device) {
+  pack_range(layout, image, 0, layout.device_bytes(), device);
 }
 
 void unpack(const DeviceLayout& layout, const uint8_t* device, uint8_t* image) {
-  const size_t es = layout.element_size;
-  const int64_t per_stick = layout.elements_per_stick();
-  for_each_stick(layout, [&](int64_t stick, int64_t host, int64_t stride,
-                             int64_t valid) {
-    const uint8_t* in = device + static_cast<size_t>(stick * per_stick) * es;
-    if (stride == 1) {
-      std::memcpy(image + static_cast<size_t>(host) * es, in, valid * es);
-      return;
-    }
-    for (int64_t e = 0; e < valid; ++e) {
-      std::memcpy(image + static_cast<size_t>(host + e * stride) * es,
-                  in + e * es, es);
-    }
-  });
+  unpack_range(layout, device, 0, layout.device_bytes(), image);
 }
 
 }  // namespace spyre::torch_glue

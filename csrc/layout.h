@@ -55,11 +55,21 @@ DeviceLayout make_layout(std::vector<int64_t> host_sizes, uint32_t element_size,
                          std::vector<int64_t> dim_map,
                          std::vector<int64_t> dim_step);
 
-// Host image (host_bytes()) -> device buffer (device_bytes()), zero padding;
-// writes every byte of `device`.
+// Bytes [begin, end) of the device buffer (device_bytes() in all) from the
+// host image (host_bytes()), into out[0, end - begin), padding zero; writes
+// every byte of it. Any range works, even one that starts or ends inside a
+// stick or an element, so a copy can convert its image piece by piece
+// straight into the memory it copies to. Throws std::invalid_argument for a
+// range outside the device buffer.
+void pack_range(const DeviceLayout& layout, const uint8_t* image,
+                uint64_t begin, uint64_t end, uint8_t* out);
+// The inverse: in[0, end - begin), bytes [begin, end) of the device buffer,
+// into the host image; padding is skipped; writes exactly the host bytes
+// those device bytes hold.
+void unpack_range(const DeviceLayout& layout, const uint8_t* in, uint64_t begin,
+                  uint64_t end, uint8_t* image);
+// The whole buffer: pack_range / unpack_range over [0, device_bytes()).
 void pack(const DeviceLayout& layout, const uint8_t* image, uint8_t* device);
-// Device buffer -> host image; padding is skipped; writes every byte of
-// `image`.
 void unpack(const DeviceLayout& layout, const uint8_t* device, uint8_t* image);
 
 }  // namespace spyre::torch_glue

@@ -16,8 +16,10 @@ namespace spyre::torch_glue {
 
 // The storage's host image as a CPU uint8 tensor (waits for the device).
 at::Tensor host_image(const c10::Storage& storage);
-// Packs `image` (storage.nbytes() bytes) into the storage's layout and queues
-// the upload on the device's current stream; waits unless `non_blocking`.
+// Queues the upload of `image` (storage.nbytes() bytes) on the device's
+// current stream, packed into the storage's layout as it is copied; waits
+// unless `non_blocking` (which first takes a private copy of `image`, so the
+// caller may reuse it at once).
 void write_image(const c10::Storage& storage, const uint8_t* image,
                  bool non_blocking);
 // Replaces the storage's memory by `new_bytes` in `layout`, keeping the

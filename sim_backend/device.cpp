@@ -62,6 +62,33 @@ double SimDevice::fill(rt::DevicePtr dst, uint8_t value, uint64_t bytes) {
   return device_copy_ns(0, bytes, table_);
 }
 
+// The host view of a converting copy's range, checked as a whole before
+// anything is converted, so a bad range leaves both sides untouched.
+uint8_t* SimDevice::translate_copy(rt::DevicePtr ptr, uint64_t bytes,
+                                   const char* what) const {
+  rt::check(memory_.inside_allocation(ptr, bytes), rt::ErrorCode::kDeviceError,
+            "sim: ", what, " of ", bytes, " bytes at device address 0x",
+            std::hex, ptr,
+            " is outside every live allocation; pass a range "
+            "inside one live allocation (allocate at least the image's "
+            "device bytes); nothing was copied");
+  return memory_.host(ptr);
+}
+
+double SimDevice::copy_to_device_packed(rt::DevicePtr dst, uint64_t bytes,
+                                        const ChunkWriter& write) {
+  if (bytes == 0) return 0;
+  write(translate_copy(dst, bytes, "copy_to_device_packed"), 0, bytes);
+  return host_copy_ns(bytes, table_);
+}
+
+double SimDevice::copy_to_host_unpacked(rt::DevicePtr src, uint64_t bytes,
+                                        const ChunkReader& read) {
+  if (bytes == 0) return 0;
+  read(translate_copy(src, bytes, "copy_to_host_unpacked"), 0, bytes);
+  return host_copy_ns(bytes, table_);
+}
+
 std::unique_ptr<rt::Executable> SimDevice::prepare(const rt::Program& program,
                                                    const rt::PatchPlan& plan) {
   auto exe = std::make_unique<SimExecutable>(program, plan);

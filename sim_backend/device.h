@@ -36,6 +36,12 @@ class SimDevice : public rt::Device {
   double copy_on_device(rt::DevicePtr dst, rt::DevicePtr src,
                         uint64_t bytes) override;
   double fill(rt::DevicePtr dst, uint8_t value, uint64_t bytes) override;
+  // In one pass: the conversion writes (reads) emulated device memory
+  // directly, with no bounce buffer.
+  double copy_to_device_packed(rt::DevicePtr dst, uint64_t bytes,
+                               const ChunkWriter& write) override;
+  double copy_to_host_unpacked(rt::DevicePtr src, uint64_t bytes,
+                               const ChunkReader& read) override;
 
   std::unique_ptr<rt::Executable> prepare(const rt::Program& program,
                                           const rt::PatchPlan& plan) override;
@@ -43,6 +49,8 @@ class SimDevice : public rt::Device {
                           std::span<const rt::DevicePtr> addresses) override;
 
  private:
+  uint8_t* translate_copy(rt::DevicePtr ptr, uint64_t bytes,
+                          const char* what) const;
   void check_accesses(const SimExecutable& exe,
                       std::span<const rt::DevicePtr> addresses) const;
   std::unique_ptr<Scratchpads> take_scratchpads();

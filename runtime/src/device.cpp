@@ -1,10 +1,80 @@
 #include "spyre/runtime/device.h"
 
+#include <algorithm>
+#include <memory>
+
+#include "spyre/runtime/error.h"
+
 namespace spyre::rt {
+namespace {
+
+// Rethrows a chunk's failure naming the whole copy, so the message says
+// which range was asked for and what to do about it.
+[[noreturn]] void rethrow_chunk_error(const Error& error, const char* what,
+                                      DevicePtr ptr, uint64_t bytes,
+                                      uint64_t begin, uint64_t end) {
+  throw Error(
+      error.code(),
+      str(what, " of ", bytes, " bytes at device address 0x", std::hex, ptr,
+          std::dec, " failed at bytes [", begin, ", ", end, "): ", error.what(),
+          "; pass a range inside one live allocation (allocate at "
+          "least the image's device bytes)"));
+}
+
+// Calls chunk(begin, end) for the kCopyChunkBytes pieces of [0, bytes), the
+// last one first: a range that overruns its allocation (the usual mistake)
+// then fails before any byte is moved.
+template <typename Chunk>
+void for_each_chunk(uint64_t bytes, Chunk&& chunk) {
+  const uint64_t size = std::min(bytes, Device::kCopyChunkBytes);
+  const uint64_t last = (bytes - 1) / size * size;
+  chunk(last, bytes);
+  for (uint64_t begin = 0; begin < last; begin += size) {
+    chunk(begin, begin + size);
+  }
+}
+
+}  // namespace
 
 std::unique_ptr<Queue> Device::create_queue() {
   return make_thread_queue("spyre" + std::to_string(properties().index) +
                            " queue");
+}
+
+double Device::copy_to_device_packed(DevicePtr dst, uint64_t bytes,
+                                     const ChunkWriter& write) {
+  if (bytes == 0) return 0;
+  const auto bounce = std::make_unique_for_overwrite<uint8_t[]>(
+      std::min(bytes, kCopyChunkBytes));
+  double ns = 0;
+  for_each_chunk(bytes, [&](uint64_t begin, uint64_t end) {
+    write(bounce.get(), begin, end);
+    try {
+      ns += copy_to_device(dst + begin, bounce.get(), end - begin);
+    } catch (const Error& error) {
+      rethrow_chunk_error(error, "copy_to_device_packed", dst, bytes, begin,
+                          end);
+    }
+  });
+  return ns;
+}
+
+double Device::copy_to_host_unpacked(DevicePtr src, uint64_t bytes,
+                                     const ChunkReader& read) {
+  if (bytes == 0) return 0;
+  const auto bounce = std::make_unique_for_overwrite<uint8_t[]>(
+      std::min(bytes, kCopyChunkBytes));
+  double ns = 0;
+  for_each_chunk(bytes, [&](uint64_t begin, uint64_t end) {
+    try {
+      ns += copy_to_host(bounce.get(), src + begin, end - begin);
+    } catch (const Error& error) {
+      rethrow_chunk_error(error, "copy_to_host_unpacked", src, bytes, begin,
+                          end);
+    }
+    read(bounce.get(), begin, end);
+  });
+  return ns;
 }
 
 }  // namespace spyre::rt

@@ -93,6 +93,29 @@ class Device {
                                 uint64_t bytes) = 0;
   virtual double fill(DevicePtr dst, uint8_t value, uint64_t bytes) = 0;
 
+  // Copies that convert while they copy, so a layout change costs one pass
+  // over the data instead of a conversion into a host buffer plus a copy.
+  // `write(out, begin, end)` must fill out[0, end - begin) with bytes
+  // [begin, end) of the `bytes`-byte image that lands at `dst`; `read(in,
+  // begin, end)` gets bytes [begin, end) of the image at `src`. Either may be
+  // called several times, for ranges that tile [0, bytes) in any order and
+  // split anywhere (even inside a stick or an element). Errors as the plain
+  // copies; each returns its modelled device time in ns.
+  //
+  // The defaults work for any backend: they convert through a host bounce
+  // buffer of at most kCopyChunkBytes, one plain copy per chunk (summing the
+  // chunks' times). A backend that can reach its memory from the host
+  // overrides them to convert in place, in one pass.
+  using ChunkWriter =
+      std::function<void(uint8_t* out, uint64_t begin, uint64_t end)>;
+  using ChunkReader =
+      std::function<void(const uint8_t* in, uint64_t begin, uint64_t end)>;
+  static constexpr uint64_t kCopyChunkBytes = uint64_t{4} << 20;
+  virtual double copy_to_device_packed(DevicePtr dst, uint64_t bytes,
+                                       const ChunkWriter& write);
+  virtual double copy_to_host_unpacked(DevicePtr src, uint64_t bytes,
+                                       const ChunkReader& read);
+
   // Program load: build everything a launch needs, once. The program is
   // already validated; `plan` numbers its device accesses (see patcher.h).
   virtual std::unique_ptr<Executable> prepare(const Program& program,
