@@ -8,8 +8,9 @@ of the memcpy bandwidth).
 Every case copies into a preallocated destination, so allocation is not
 timed; host time is measured until the copy is complete (the non_blocking
 cases include their synchronize). The device memory of the emulator is host
-memory, so a copy's host time is its conversion to or from the stick layout
-plus the emulator's own memcpy. Also reported: the modelled device time of
+memory, so a copy's host time is its conversion to or from the stick layout,
+which the emulator does straight into (out of) its memory: one pass over the
+data, as a memcpy. The cases take turns run by run (see median_seconds). Also reported: the modelled device time of
 one copy (torch.spyre.device_time_stats()). Prints a table and writes
 copy_bandwidth_bench.json (to --out).
 """
@@ -25,14 +26,19 @@ import torch
 MIB = 1 << 20
 
 
-def median_s(fn, runs):
-    fn()  # warm: first touch of pages, program and staging paths
-    samples = []
+def median_seconds(cases, runs):
+    """Median time of each case, the cases taking turns run by run: on a
+    shared, noisy machine a busy spell then slows every case a little rather
+    than one case a lot, so the ratios stay side by side."""
+    for _, fn in cases:
+        fn()  # warm: first touch of pages, program and buffer paths
+    samples = {name: [] for name, _ in cases}
     for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        for name, fn in cases:
+            start = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 def main():
@@ -68,7 +74,7 @@ def main():
         ("device->host pinned", lambda: pinned_dst.copy_(device)),
         ("device->host pinned non_blocking", non_blocking(pinned_dst, device)),
     ]
-    seconds = {name: median_s(fn, args.runs) for name, fn in cases}
+    seconds = median_seconds(cases, args.runs)
     assert torch.equal(pinned_dst, src) and torch.equal(host_dst, src)
 
     sync()
@@ -80,7 +86,8 @@ def main():
 
     memcpy_s = seconds["host memcpy (cpu copy_)"]
     rows = []
-    print(f"{args.mib} MiB float16 {list(shape)}, median of {args.runs} runs")
+    print(f"{args.mib} MiB float16 {list(shape)}, median of {args.runs} runs "
+          "(cases interleaved)")
     print(f"{'case':36s} {'ms':>9s} {'GB/s':>8s} {'% memcpy':>9s}")
     for name, s in seconds.items():
         gbps = nbytes / s / 1e9

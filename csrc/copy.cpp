@@ -186,10 +186,10 @@ double download_image(rt::Device& device, rt::DevicePtr ptr,
 
 // Queues the upload of `image` (the storage's whole host image), converted
 // to the stick layout as it is copied (one pass), on the device's current
-// stream, and waits for it when `wait`. The work reads `image` when it runs
-// and holds `image_owner` until then: without `wait`, the caller must leave
-// the image unchanged until the stream reaches the copy (as CUDA asks of a
-// non_blocking copy from pinned memory).
+// stream, and waits for it when `wait`. The work reads `image` when it runs;
+// without `wait`, `image_owner` keeps the image alive until then and the
+// caller must leave it unchanged until the stream reaches the copy (as CUDA
+// asks of a non_blocking copy from pinned memory).
 void upload_image(const c10::Storage& storage, const uint8_t* image,
                   std::shared_ptr<const void> image_owner, bool wait) {
   const Allocation& allocation = allocation_of(storage);
@@ -264,13 +264,13 @@ void copy_from_host(const at::Tensor& src, const at::Tensor& dst,
         non_blocking &&
         at::detail::getPrivateUse1Hooks().isPinnedPtr(image.data_ptr());
     upload_image(dst.storage(), static_cast<const uint8_t*>(image.data_ptr()),
-                 hold(image), !async);
+                 async ? hold(image) : nullptr, !async);
     return;
   }
   at::Tensor image = host_image(dst.storage());
   view_in_image(dst, image).copy_(src);
-  upload_image(dst.storage(), image.data_ptr<uint8_t>(), hold(image),
-               !non_blocking);
+  upload_image(dst.storage(), image.data_ptr<uint8_t>(),
+               non_blocking ? hold(image) : nullptr, !non_blocking);
 }
 
 bool same_device_raw_copy(const at::Tensor& src, const at::Tensor& dst) {
