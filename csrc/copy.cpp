@@ -44,8 +44,8 @@ class Bytes {
   size_t capacity_;
 };
 
-// Host buffers of large copies (whole images of views, private copies of
-// non_blocking sources), reused: a fresh buffer of many MiB costs
+// Host buffers of large copies (whole images of views read from the
+// device), reused: a fresh buffer of many MiB costs
 // the kernel's page faults and zeroing, about a copy's worth of time, and
 // freeing it returns the pages (so every copy paid it again). At most
 // kMaxFree buffers of at most kMaxFreeBytes in all are kept.
@@ -397,17 +397,10 @@ at::Tensor host_image(const c10::Storage& storage) {
 }
 
 void write_image(const c10::Storage& storage, const uint8_t* image,
-                 bool non_blocking) {
-  if (storage.nbytes() == 0) return;
-  if (!non_blocking) {
-    upload_image(storage, image, nullptr, true);
-    return;
-  }
-  // The caller may reuse `image` at once: upload a copy of our own.
-  std::shared_ptr<Bytes> own = staging_buffer(storage.nbytes());
-  std::memcpy(own->data(), image, storage.nbytes());
-  const uint8_t* data = own->data();
-  upload_image(storage, data, std::move(own), false);
+                 bool /*non_blocking*/) {
+  // Nothing keeps a raw `image` alive or unchanged for the caller: the
+  // upload waits, as a CUDA copy from pageable memory does.
+  upload_image(storage, image, nullptr, true);
 }
 
 void resize_storage(const c10::Storage& storage, size_t new_bytes,

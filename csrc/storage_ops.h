@@ -16,10 +16,10 @@ namespace spyre::torch_glue {
 
 // The storage's host image as a CPU uint8 tensor (waits for the device).
 at::Tensor host_image(const c10::Storage& storage);
-// Queues the upload of `image` (storage.nbytes() bytes) on the device's
-// current stream, packed into the storage's layout as it is copied; waits
-// unless `non_blocking` (which first takes a private copy of `image`, so the
-// caller may reuse it at once).
+// Uploads `image` (storage.nbytes() bytes) on the device's current stream,
+// packed into the storage's layout as it is copied. Waits for it even when
+// `non_blocking`, as a CUDA copy from pageable memory: nothing would keep a
+// raw `image` alive and unchanged for the caller.
 void write_image(const c10::Storage& storage, const uint8_t* image,
                  bool non_blocking);
 // Replaces the storage's memory by `new_bytes` in `layout`, keeping the

@@ -1,7 +1,11 @@
-"""Large host<->device copies go through reused host staging buffers
-(copy.cpp StagingPool): values must survive reuse, several copies in flight
-at once (non_blocking to pinned memory) must not share a buffer, and views
-and layouts other than the default still convert correctly."""
+"""Large host<->device copies convert to and from the stick layout while
+they copy (Device::copy_to_device_packed / copy_to_host_unpacked); whole
+images of views are read through reused host buffers (copy.cpp StagingPool).
+Values must survive reuse, several copies in flight at once (non_blocking to
+and from pinned memory) must not share a buffer, views and layouts other
+than the default still convert correctly, and non_blocking keeps CUDA's
+rules: from pageable memory the copy is done when it returns, from pinned
+memory the source is read when the stream runs the copy."""
 
 import torch
 
@@ -44,3 +48,33 @@ def test_large_views_and_transposed_copies():
     x[10:20].copy_(a[30:40])
     a[10:20] = a[30:40].clone()
     assert torch.equal(x.cpu(), a)
+
+
+def test_non_blocking_upload_from_pageable_memory_is_done_on_return():
+    src = torch.randn(1024, 1024)
+    expected = src.clone()
+    dst = torch.empty(1024, 1024, device="spyre")
+    dst.copy_(src, non_blocking=True)
+    src.zero_()  # allowed at once: the copy is synchronous
+    torch.spyre.synchronize()
+    assert torch.equal(dst.cpu(), expected)
+    view_src = torch.randn(100, 1024)
+    dst[200:300].copy_(view_src, non_blocking=True)  # a view of the storage
+    expected[200:300] = view_src
+    view_src.zero_()
+    torch.spyre.synchronize()
+    assert torch.equal(dst.cpu(), expected)
+
+
+def test_non_blocking_upload_from_pinned_memory_outlives_its_tensor():
+    # Queue a long upload first so the pinned one is likely still queued
+    # when its only tensor goes away: the copy must hold the storage.
+    expected = torch.randn(2048, 1024)
+    busy = torch.empty(4096, 4096, device="spyre")
+    dst = torch.empty(2048, 1024, device="spyre")
+    busy.copy_(torch.randn(4096, 4096).pin_memory(), non_blocking=True)
+    pinned = expected.pin_memory()
+    dst.copy_(pinned, non_blocking=True)
+    del pinned
+    torch.spyre.synchronize()
+    assert torch.equal(dst.cpu(), expected)
