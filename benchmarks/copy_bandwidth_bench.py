@@ -26,15 +26,24 @@ import torch
 MIB = 1 << 20
 
 
+SETTLE_S = 0.02
+
+
 def median_seconds(cases, runs):
     """Median time of each case, the cases taking turns run by run: on a
     shared, noisy machine a busy spell then slows every case a little rather
-    than one case a lot, so the ratios stay side by side."""
+    than one case a lot, so the ratios stay side by side. Each timed call
+    starts after SETTLE_S of rest: the CPU memcpy (an OpenMP parallel copy_)
+    leaves its worker threads spinning for a few ms, and on a 2-core machine
+    they take the core a device copy's queue thread needs (measured: a
+    pageable upload right after the memcpy case took 21 ms, 14 ms after
+    another upload; with OMP_WAIT_POLICY=PASSIVE the two were equal)."""
     for _, fn in cases:
         fn()  # warm: first touch of pages, program and buffer paths
     samples = {name: [] for name, _ in cases}
     for _ in range(runs):
         for name, fn in cases:
+            time.sleep(SETTLE_S)
             start = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - start)
@@ -45,7 +54,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="bench-results")
     parser.add_argument("--mib", type=int, default=64)
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
 
     nbytes = args.mib * MIB
