@@ -59,14 +59,14 @@ asan: setup
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DSPYRE_WERROR=ON -DSPYRE_BUILD_BENCHMARKS=OFF -DSPYRE_SANITIZE='address;undefined'
 	cmake --build build-asan -j $(JOBS)
-	ASAN_OPTIONS=detect_leaks=1 SPYRE_SIM_MEMORY_GB=16 \
+	ASAN_OPTIONS=detect_leaks=1 SPYRE_SIM_MEMORY_GB=16 SPYRE_SIM_INLINE_CYCLES=0 \
 	  ctest --test-dir build-asan --output-on-failure -j $(JOBS)
 
 tsan: setup
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DSPYRE_WERROR=ON -DSPYRE_BUILD_BENCHMARKS=OFF -DSPYRE_SANITIZE=thread
 	cmake --build build-tsan -j $(JOBS)
-	TSAN_OPTIONS=halt_on_error=1 SPYRE_SIM_MEMORY_GB=16 \
+	TSAN_OPTIONS=halt_on_error=1 SPYRE_SIM_MEMORY_GB=16 SPYRE_SIM_INLINE_CYCLES=0 \
 	  ctest --test-dir build-tsan --output-on-failure -j $(JOBS)
 
 bench: python

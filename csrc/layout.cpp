@@ -5,6 +5,7 @@
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 namespace spyre::torch_glue {
 namespace {
@@ -42,8 +43,16 @@ void fill_stride_map(DeviceLayout& layout) {
   }
 }
 
-void require(bool ok, const std::string& message) {
-  if (!ok) throw std::invalid_argument("device layout: " + message);
+// Throws when `ok` is false. A message that costs work to build is passed
+// as a callable, so the common, valid case formats nothing.
+template <typename Message>
+void require(bool ok, const Message& message) {
+  if (ok) return;
+  if constexpr (std::is_invocable_v<Message>) {
+    throw std::invalid_argument("device layout: " + std::string(message()));
+  } else {
+    throw std::invalid_argument(std::string("device layout: ") + message);
+  }
 }
 
 // Checks that the device dims of host dim `h` tile it exactly once: sorted by
@@ -55,8 +64,10 @@ void check_host_dim_tiling(const DeviceLayout& layout, int64_t h) {
   }
   const int64_t size = layout.host_sizes[h];
   if (dims.empty()) {
-    require(size <= 1, "host dimension " + std::to_string(h) + " of size " +
-                           std::to_string(size) + " has no device dimension");
+    require(size <= 1, [&] {
+      return "host dimension " + std::to_string(h) + " of size " +
+             std::to_string(size) + " has no device dimension";
+    });
     return;
   }
   std::sort(dims.begin(), dims.end(), [&](size_t a, size_t b) {
@@ -64,17 +75,19 @@ void check_host_dim_tiling(const DeviceLayout& layout, int64_t h) {
   });
   int64_t expected_step = 1;
   for (size_t k : dims) {
-    require(layout.dim_step[k] == expected_step,
-            "device dimension " + std::to_string(k) + " steps " +
-                std::to_string(layout.dim_step[k]) + " along host dimension " +
-                std::to_string(h) + " where " + std::to_string(expected_step) +
-                " tiles it exactly");
+    require(layout.dim_step[k] == expected_step, [&] {
+      return "device dimension " + std::to_string(k) + " steps " +
+             std::to_string(layout.dim_step[k]) + " along host dimension " +
+             std::to_string(h) + " where " + std::to_string(expected_step) +
+             " tiles it exactly";
+    });
     expected_step *= layout.device_size[k];
   }
-  require(expected_step >= size || size == 0,
-          "device dimensions cover " + std::to_string(expected_step) +
-              " of the " + std::to_string(size) +
-              " elements of host dimension " + std::to_string(h));
+  require(expected_step >= size || size == 0, [&] {
+    return "device dimensions cover " + std::to_string(expected_step) +
+           " of the " + std::to_string(size) + " elements of host dimension " +
+           std::to_string(h);
+  });
 }
 
 // A run of sticks met by a walk: `count` sticks, the i-th being device stick
@@ -425,19 +438,23 @@ DeviceLayout make_default_layout(std::span<const int64_t> host_sizes,
                                  uint32_t element_size, int64_t stick_dim) {
   require(element_size == 1 || element_size == 2 || element_size == 4 ||
               element_size == 8,
-          "element size " + std::to_string(element_size) +
-              " does not divide a 128-byte stick");
+          [&] {
+            return "element size " + std::to_string(element_size) +
+                   " does not divide a 128-byte stick";
+          });
   const int64_t n = static_cast<int64_t>(host_sizes.size());
   for (int64_t size : host_sizes) {
-    require(size >= 0,
-            "negative size in " + join({host_sizes.begin(), host_sizes.end()}));
+    require(size >= 0, [&] {
+      return "negative size in " + join({host_sizes.begin(), host_sizes.end()});
+    });
   }
   int64_t stick = -1;  // a host dimension chosen by the caller
   if (stick_dim != -1) {
     stick = stick_dim < 0 ? stick_dim + n : stick_dim;
-    require(stick >= 0 && stick < n,
-            "stick dimension " + std::to_string(stick_dim) +
-                " is out of range for " + std::to_string(n) + " dimensions");
+    require(stick >= 0 && stick < n, [&] {
+      return "stick dimension " + std::to_string(stick_dim) +
+             " is out of range for " + std::to_string(n) + " dimensions";
+    });
   }
   // Size-1 dims take no part: the layout's host sizes are the others (the
   // chosen stick dimension stays even when it has size 1).
@@ -497,24 +514,31 @@ DeviceLayout make_layout(std::vector<int64_t> host_sizes, uint32_t element_size,
   require(!device_size.empty(), "device_size is empty");
   require(dim_map.size() == device_size.size() &&
               dim_step.size() == device_size.size(),
-          "device_size " + join(device_size) + ", dim_map " + join(dim_map) +
-              " and dim_step " + join(dim_step) + " differ in length");
+          [&] {
+            return "device_size " + join(device_size) + ", dim_map " +
+                   join(dim_map) + " and dim_step " + join(dim_step) +
+                   " differ in length";
+          });
   for (size_t k = 0; k < device_size.size(); ++k) {
     require(device_size[k] >= 0,
-            "negative device size in " + join(device_size));
-    require(dim_map[k] >= -1 && dim_map[k] < n,
-            "dim_map entry " + std::to_string(dim_map[k]) +
-                " is not a host dimension of " + join(layout.host_sizes));
-    require(dim_map[k] >= 0 || device_size[k] == 1,
-            "synthetic device dimension " + std::to_string(k) +
-                " must have size 1");
+            [&] { return "negative device size in " + join(device_size); });
+    require(dim_map[k] >= -1 && dim_map[k] < n, [&] {
+      return "dim_map entry " + std::to_string(dim_map[k]) +
+             " is not a host dimension of " + join(layout.host_sizes);
+    });
+    require(dim_map[k] >= 0 || device_size[k] == 1, [&] {
+      return "synthetic device dimension " + std::to_string(k) +
+             " must have size 1";
+    });
   }
   require(device_size.back() == layout.elements_per_stick() &&
               dim_step.back() == 1 && dim_map.back() >= 0,
-          "the last device dimension must be one stick of " +
-              std::to_string(layout.elements_per_stick()) +
-              " elements with step 1, got size " +
-              std::to_string(device_size.back()));
+          [&] {
+            return "the last device dimension must be one stick of " +
+                   std::to_string(layout.elements_per_stick()) +
+                   " elements with step 1, got size " +
+                   std::to_string(device_size.back());
+          });
   layout.device_size = std::move(device_size);
   layout.dim_map = std::move(dim_map);
   layout.dim_step = std::move(dim_step);

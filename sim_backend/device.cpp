@@ -5,6 +5,7 @@
 
 #include "dataflow/executable.h"
 #include "dataflow/launch.h"
+#include "env.h"
 #include "spyre/runtime/error.h"
 #include "spyre/runtime/patcher.h"
 #include "spyre/sim/sim.h"
@@ -26,6 +27,8 @@ SimDevice::SimDevice(int index, uint64_t memory_bytes)
   if (const char* path = std::getenv("SPYRE_TRACE"); path && *path) {
     trace_path_ = path;
   }
+  inline_cycles_ = env_integer("SPYRE_SIM_INLINE_CYCLES", kDefaultInlineCycles,
+                               0, UINT64_MAX);
 }
 
 rt::DevicePtr SimDevice::allocate(uint64_t bytes) {
@@ -155,7 +158,7 @@ rt::LaunchStats SimDevice::execute(const rt::Executable& executable,
   // A launch may run on several streams at once: each takes its own set.
   auto pads = take_scratchpads();
   try {
-    run_launch(*exe, addresses, memory_, *pads);
+    run_launch(*exe, addresses, memory_, *pads, inline_cycles_);
   } catch (...) {
     return_scratchpads(std::move(pads));
     throw;

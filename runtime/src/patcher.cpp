@@ -93,12 +93,15 @@ void LoadedProgram::bind(std::span<const ArgBinding> args) const {
     check(arg.bytes >= slot.bytes, ErrorCode::kBindError, "program '", name,
           "': argument slot ", s, " '", slot.name, "' expects at least ",
           slot.bytes, " bytes, got an allocation of ", arg.bytes, " bytes");
-    check(slot.layout.device_size.empty() ||
-              slot.layout.device_size == arg.device_size,
-          ErrorCode::kBindError, "program '", name, "': argument slot ", s,
-          " '", slot.name, "' expects device layout ",
-          layout_string(slot.layout.device_size), ", got ",
-          layout_string(arg.device_size));
+    // Formatted only on failure: bind runs on every launch.
+    if (!slot.layout.device_size.empty() &&
+        slot.layout.device_size != arg.device_size) {
+      throw Error(ErrorCode::kBindError,
+                  str("program '", name, "': argument slot ", s, " '",
+                      slot.name, "' expects device layout ",
+                      layout_string(slot.layout.device_size), ", got ",
+                      layout_string(arg.device_size)));
+    }
   }
 }
 

@@ -3,7 +3,9 @@
 #include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
+#include <ostream>
 #include <thread>
 
 #include "device.h"
@@ -13,6 +15,77 @@
 
 namespace spyre::sim {
 namespace {
+
+// The second host thread a launch's cores run on. One for the process, made
+// on first use and never destroyed: a queue thread may still be running a
+// launch while statics are destroyed at exit. Spawning a thread per launch
+// cost more host time than a small launch itself. A launch that finds the
+// helper busy (a launch on another stream has it) runs on its own thread.
+class HelperThread {
+ public:
+  static HelperThread& get() {
+    static HelperThread* helper = new HelperThread();
+    return *helper;
+  }
+
+  // Starts `task` on the helper unless it is busy; false when busy.
+  bool try_start(std::function<void()> task) {
+    {
+      std::lock_guard lock(mutex_);
+      if (busy_) return false;
+      busy_ = true;
+      task_ = std::move(task);
+    }
+    wake_.notify_one();
+    return true;
+  }
+
+  // Waits for the task started by this thread's try_start().
+  void wait() {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [this] { return task_ == nullptr; });
+    busy_ = false;
+  }
+
+ private:
+  HelperThread() {
+    std::thread([this] { loop(); }).detach();
+  }
+
+  [[noreturn]] void loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return task_ != nullptr; });
+      lock.unlock();
+      task_();  // Launch::work catches everything a core throws
+      lock.lock();
+      task_ = nullptr;
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::function<void()> task_;  // set while started and not yet finished
+  bool busy_ = false;           // from try_start() to the owner's wait()
+};
+
+// Modelled busy cycles over all cores: a proxy for the host work of a launch.
+uint64_t busy_cycles(const SimExecutable& exe) {
+  uint64_t total = 0;
+  for (uint64_t c : exe.stats.core_busy_cycles) total += c;
+  return total;
+}
+
+// Where a core is, for error messages. Checks run on every instruction, so
+// this is formatted only when a check fails.
+struct CoreAt {
+  uint32_t core;
+  size_t instruction;
+};
+std::ostream& operator<<(std::ostream& out, const CoreAt& at) {
+  return out << "core " << at.core << " instruction " << at.instruction;
+}
 
 enum class CoreState : uint8_t { kRunnable, kRunning, kParked, kDone };
 
@@ -43,14 +116,12 @@ class Launch {
     }
   }
 
-  void run() {
-    if (exe_.cores.size() > 1) {
-      std::thread helper([this] { work(); });
-      work();
-      helper.join();
-    } else {
-      work();
-    }
+  void run(uint64_t inline_cycles) {
+    const bool helped = exe_.cores.size() > 1 &&
+                        busy_cycles(exe_) >= inline_cycles &&
+                        HelperThread::get().try_start([this] { work(); });
+    work();
+    if (helped) HelperThread::get().wait();
     if (error_) {
       for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) {
         std::memcpy(it->host, it->old.data(), it->old.size());
@@ -128,9 +199,7 @@ class Launch {
     return true;
   }
 
-  std::string where(size_t c) const {
-    return rt::str("core ", exe_.cores[c].core, " instruction ", pcs_[c]);
-  }
+  CoreAt where(size_t c) const { return {exe_.cores[c].core, pcs_[c]}; }
 
   // The host bytes of the device extent of `d`'s relocation, checked to lie
   // in one live allocation; `base` receives the patched address.
@@ -307,8 +376,8 @@ class Launch {
 
 void run_launch(const SimExecutable& exe,
                 std::span<const rt::DevicePtr> addresses, DeviceMemory& memory,
-                Scratchpads& pads) {
-  Launch(exe, addresses, memory, pads).run();
+                Scratchpads& pads, uint64_t inline_cycles) {
+  Launch(exe, addresses, memory, pads).run(inline_cycles);
 }
 
 }  // namespace spyre::sim

@@ -1,6 +1,9 @@
 // Functional execution of one launch: each core runs its instructions in
-// program order; cores run cooperatively on a pool of two host threads, a
-// core parking at a RingRecv whose send has not run yet.
+// program order; cores run cooperatively on the launching thread and, for a
+// launch of at least `inline_cycles` modelled busy cycles (summed over its
+// cores), a helper thread; a core parks at a RingRecv whose send has not run
+// yet. Small launches stay on one thread: handing work to a second thread
+// costs more host time than they take.
 //
 // Failure atomicity: the only data-dependent failure after validation,
 // patching and the device's own access check (SimDevice::execute) is a bad
@@ -22,6 +25,6 @@ struct Scratchpads;
 
 void run_launch(const SimExecutable& exe,
                 std::span<const rt::DevicePtr> addresses, DeviceMemory& memory,
-                Scratchpads& pads);
+                Scratchpads& pads, uint64_t inline_cycles);
 
 }  // namespace spyre::sim

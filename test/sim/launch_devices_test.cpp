@@ -42,6 +42,16 @@ TEST(SimDevices, CountComesFromSpyreSimDevicesDefaultTwo) {
     EXPECT_TRUE(error->mentions(std::string("SPYRE_SIM_DEVICES='") + bad))
         << error->message;
   }
+  {  // 0 is a valid inline limit (every multi-core launch uses two threads)
+    ScopedEnv zero("SPYRE_SIM_INLINE_CYCLES", "0");
+    EXPECT_NE(backend->create_device(0), nullptr);
+    ScopedEnv bad("SPYRE_SIM_INLINE_CYCLES", "-5");
+    auto error = raised([&] { backend->create_device(0); });
+    ASSERT_TRUE(error.has_value());
+    EXPECT_EQ(error->code, rt::ErrorCode::kBackendError);
+    EXPECT_TRUE(error->mentions("SPYRE_SIM_INLINE_CYCLES='-5'"))
+        << error->message;
+  }
   ScopedEnv negative_memory("SPYRE_SIM_MEMORY_GB", "-1");
   auto error = raised([&] { backend->create_device(0); });
   ASSERT_TRUE(error.has_value());

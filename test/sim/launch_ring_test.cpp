@@ -66,9 +66,15 @@ TEST_P(SimLaunchRingPair, SendMovesTheBytesAndPaysPerHop) {
 INSTANTIATE_TEST_SUITE_P(Destinations, SimLaunchRingPair,
                          ::testing::Values(1u, 31u, 9u, 16u, 23u));
 
-TEST(SimLaunchRing, RelayAroundTheWholeRingAddsOnEveryCore) {
+// Run on the launching thread alone (the default for a launch this small)
+// and with the helper thread (SPYRE_SIM_INLINE_CYCLES=0): same bytes, same
+// modelled figures.
+class SimLaunchRingThreads : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SimLaunchRingThreads, RelayAroundTheWholeRingAddsOnEveryCore) {
   // fp32 values go 0 -> 1 -> ... -> 31 -> 0; every core on the way adds 1.
   constexpr uint32_t kCols = 256, kBytes = kCols * 4;
+  ScopedEnv inline_cycles("SPYRE_SIM_INLINE_CYCLES", GetParam());
   auto device = small_device();
   rt::Program p;
   p.name = "relay";
@@ -98,6 +104,9 @@ TEST(SimLaunchRing, RelayAroundTheWholeRingAddsOnEveryCore) {
   EXPECT_EQ(stats.instructions, 4u + 31u * 3u);
   for (uint32_t c = 0; c < 32; ++c) EXPECT_GT(stats.core_busy_cycles[c], 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(InlineOrHelper, SimLaunchRingThreads,
+                         ::testing::Values("0", "1000000000"));
 
 // Core 0 writes device memory, then sends a zero-byte token; core 5 waits
 // for the token, then reads what core 0 wrote.
