@@ -59,10 +59,9 @@ void run_gather(at::Tensor table, int64_t dim, at::Tensor index,
   for (const auto* m : {&shape.table, &shape.index, &shape.out}) {
     append_key(key, *m);
   }
-  const auto& program = cached_program(out.device().index(), key, [&] {
-    return kernels::build_gather(shape, {});
-  });
-  launch(program, {table, index, out});
+  launch_cached(out.device().index(), key,
+                [&] { return kernels::build_gather(shape, {}); },
+                {table, index, out});
 }
 
 at::Tensor embedding_kernel(const at::Tensor& weight, const at::Tensor& indices,

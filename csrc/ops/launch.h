@@ -10,9 +10,8 @@
 //   at::Tensor m = materialize(t);                      // a view no kernel
 //                                                       // can address ->
 //                                                       // fresh default layout
-//   const rt::LoadedProgram& p = cached_program(
-//       device, key, [&] { return kernels::build_...(...); });
-//   launch(p, {in0, in1, out});                         // slot i <- tensor i
+//   launch_cached(device, key,                         // slot i <- tensor i
+//                 [&] { return kernels::build_...(...); }, {in0, in1, out});
 //
 // - Profiling: every launch is a RecordFunction named "spyre::<family>"
 //   (the program's name without its shape suffix: "spyre::matmul",
@@ -20,12 +19,13 @@
 //   it; ProfilerActivity.PrivateUse1 / use_device="spyre" adds each op's
 //   modelled device time (profiler.cpp).
 //
-// - cached_program: a per-device cache of loaded programs keyed by a string
+// - launch_cached: a per-device cache of loaded programs keyed by a string
 //   the caller builds from everything the program depends on (shapes,
 //   dtypes, placements, scalars). `build` runs (and the program is loaded:
 //   validate, patch plan, prepare) only on a miss; a hit costs one hash
-//   lookup. Programs stay loaded for the life of the process (queued
-//   launches reference them).
+//   lookup. The least recently used programs are evicted beyond a capacity;
+//   a queued launch keeps its program alive. Compiled kernels, which hold a
+//   reference to their program, pin it with cached_program instead.
 // - bind: a tensor's ArgBinding is its whole storage (device pointer, the
 //   layout's device bytes, dtype, device_size); kernels address views inside
 //   it through byte offsets (see StickOperand), so slot offsets, not
@@ -78,9 +78,9 @@ bool has_device_dtype(at::ScalarType type);
 rt::DType device_dtype(at::ScalarType type);  // raises when there is none
 
 // ---- programs --------------------------------------------------------------
-// Pinned: the program stays loaded for the life of the process (callers such
-// as compiled modules keep the reference). Use it for keys from a bounded
-// set (shapes of a model); keys with values baked in go to launch_cached.
+// Pinned: the program stays loaded for the life of the process, for callers
+// that keep the reference (compiled kernels, program_bindings.cpp). Eager
+// ops use launch_cached, whose cache is bounded.
 const rt::LoadedProgram& cached_program(c10::DeviceIndex device,
                                         const std::string& key,
                                         c10::function_ref<rt::Program()> build);

@@ -130,14 +130,16 @@ void run_matmul(const at::Tensor& a, const at::Tensor& b,
   if (shape.bias) append_key(key, *shape.bias);
   key +=
       c10::str(shape.a_transposed, shape.b_transposed, ":", alpha, ":", beta);
-  const auto& program = cached_program(out.device().index(), key, [&] {
-    kernels::MatmulOptions options;
-    return kernels::build_matmul(shape, kernels::plan_matmul(shape, options),
-                                 options);
-  });
   std::vector<at::Tensor> args{oa.tensor, ob.tensor, out};
   if (bias_tensor) args.push_back(*bias_tensor);
-  launch(program, args);
+  launch_cached(
+      out.device().index(), key,
+      [&] {
+        kernels::MatmulOptions options;
+        return kernels::build_matmul(
+            shape, kernels::plan_matmul(shape, options), options);
+      },
+      args);
 }
 
 void check_same_dtype(const char* op, const at::Tensor& a,

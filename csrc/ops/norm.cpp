@@ -99,10 +99,9 @@ NormResult run_norm(const at::Tensor& input, int64_t normed,
     key += m->has_value() ? "+" : "-";
     if (m->has_value()) append_key(key, **m);
   }
-  const auto& program = cached_program(input.device().index(), key, [&] {
-    return kernels::build_norm(shape, options);
-  });
-  launch(program, args);
+  launch_cached(
+      input.device().index(), key,
+      [&] { return kernels::build_norm(shape, options); }, args);
   if (!out_direct) device_copy(out2.view(input.sizes()), r.out);
   return r;
 }

@@ -99,14 +99,16 @@ at::Tensor reduce_one(at::Tensor x, int64_t d, ReduceOp op,
       c10::str("reduce", static_cast<int>(op), along_sticks, ":", scale);
   append_key(key, *in);
   append_key(key, out_m);
-  const auto& program = cached_program(x.device().index(), key, [&] {
-    kernels::ReduceOptions options;
-    options.scale = scale;
-    return along_sticks
-               ? kernels::build_reduce_along_sticks(*in, out_m, op, options)
-               : kernels::build_reduce_along_rows(*in, out_m, op, options);
-  });
-  launch(program, {x, out});
+  launch_cached(
+      x.device().index(), key,
+      [&] {
+        kernels::ReduceOptions options;
+        options.scale = scale;
+        return along_sticks
+                   ? kernels::build_reduce_along_sticks(*in, out_m, op, options)
+                   : kernels::build_reduce_along_rows(*in, out_m, op, options);
+      },
+      {x, out});
   return out;
 }
 

@@ -37,12 +37,13 @@ at::Tensor along_last_dim(at::Tensor x, bool log) {
   std::string key = log ? "log_softmax" : "softmax";
   append_key(key, in);
   append_key(key, out_m);
-  const auto& program = cached_program(x.device().index(), key, [&] {
-    kernels::SoftmaxOptions options;
-    options.log = log;
-    return kernels::build_softmax(in, out_m, options);
-  });
-  launch(program, {x, out});
+  launch_cached(x.device().index(), key,
+                [&] {
+                  kernels::SoftmaxOptions options;
+                  options.log = log;
+                  return kernels::build_softmax(in, out_m, options);
+                },
+                {x, out});
   return out;
 }
 

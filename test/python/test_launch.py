@@ -284,6 +284,29 @@ def test_program_cache_is_bounded_lru_and_counts_evictions():
         torch.spyre.set_program_cache_capacity(previous)
 
 
+def test_shape_keyed_programs_share_the_bounded_cache():
+    # matmul, softmax and reductions are keyed by shapes: a long-running
+    # process with many shapes must not keep every program loaded.
+    previous = torch.spyre.program_cache_capacity()
+    try:
+        torch.spyre.set_program_cache_capacity(2)
+        warm = torch.randn(3, 70).to("spyre")
+        warm * 0.5, warm * 1.5  # device 0's cache is full: a miss evicts one
+        torch.spyre.reset_op_stats()
+        for n in (5, 6, 7, 8):
+            a, b = torch.randn(n, 33), torch.randn(33, 9)
+            got = (a.to("spyre") @ b.to("spyre")).cpu()
+            torch.testing.assert_close(got, a @ b, rtol=1e-4, atol=1e-4)
+            x = torch.randn(n, 70)
+            torch.testing.assert_close(x.to("spyre").softmax(-1).cpu(),
+                                       x.softmax(-1), rtol=1e-5, atol=1e-6)
+        stats = torch.spyre.op_stats()
+        assert stats["program_misses"] >= 8  # a matmul and a softmax per shape
+        assert stats["program_evictions"] == stats["program_misses"]
+    finally:
+        torch.spyre.set_program_cache_capacity(previous)
+
+
 def test_evicted_programs_finish_their_queued_launches():
     previous = torch.spyre.program_cache_capacity()
     a = torch.randn(64, 300)
