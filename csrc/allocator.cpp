@@ -177,10 +177,16 @@ REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_device_allocator);
 
 c10::DataPtr allocate_with_layout(c10::DeviceIndex device,
                                   DeviceLayout layout) {
+  return allocate_with_layout(
+      device, std::make_shared<const DeviceLayout>(std::move(layout)));
+}
+
+c10::DataPtr allocate_with_layout(c10::DeviceIndex device,
+                                  std::shared_ptr<const DeviceLayout> layout) {
   device = resolve_device_index(device);
   auto allocation = std::make_unique<Allocation>();
   allocation->device = device;
-  allocation->layout = std::make_shared<const DeviceLayout>(std::move(layout));
+  allocation->layout = std::move(layout);
   const uint64_t bytes = allocation->layout->device_bytes();
   if (bytes > 0) {
     rt::Stream& stream = runtime_stream(current_stream(device));

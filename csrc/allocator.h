@@ -22,6 +22,9 @@ struct Allocation {
 
 // A block holding `layout.device_bytes()` on `device`, for its current stream.
 c10::DataPtr allocate_with_layout(c10::DeviceIndex device, DeviceLayout layout);
+// The same with a layout other storages may share (layouts are immutable).
+c10::DataPtr allocate_with_layout(c10::DeviceIndex device,
+                                  std::shared_ptr<const DeviceLayout> layout);
 // The allocation behind a spyre storage; raises if it is not one of ours.
 const Allocation& allocation_of(const c10::Storage& storage);
 

@@ -13,12 +13,15 @@
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/MemoryFormat.h>
+#include <c10/util/hash.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "allocator.h"
 #include "device_state.h"
@@ -48,6 +51,28 @@ at::Tensor tensor_on_storage(c10::DataPtr data, size_t nbytes,
   return tensor;
 }
 
+// storage_layout_for, shared: eager ops allocate outputs of a few shapes over
+// and over, and building a layout costs about as much as the rest of an
+// allocation. Per thread (no lock); cleared when it grows past a bound.
+std::shared_ptr<const DeviceLayout> shared_storage_layout(
+    at::IntArrayRef sizes, at::IntArrayRef strides, uint32_t element_size) {
+  constexpr size_t kMaxEntries = 256;
+  thread_local std::unordered_map<std::vector<int64_t>,
+                                  std::shared_ptr<const DeviceLayout>,
+                                  c10::hash<std::vector<int64_t>>>
+      cache;
+  std::vector<int64_t> key(sizes.begin(), sizes.end());
+  key.insert(key.end(), strides.begin(), strides.end());
+  key.push_back(element_size);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= kMaxEntries) cache.clear();
+  auto layout = std::make_shared<const DeviceLayout>(
+      storage_layout_for(sizes, strides, element_size));
+  cache.emplace(std::move(key), layout);
+  return layout;
+}
+
 at::Tensor spyre_empty_strided(at::IntArrayRef sizes, at::IntArrayRef strides,
                                std::optional<at::ScalarType> dtype_opt,
                                std::optional<at::Layout> layout,
@@ -66,11 +91,13 @@ at::Tensor spyre_empty_strided(at::IntArrayRef sizes, at::IntArrayRef strides,
   const uint32_t element_size = c10::elementSize(dtype);
   const size_t nbytes =
       at::detail::computeStorageNbytes(sizes, strides, element_size);
-  DeviceLayout device_layout = storage_layout_for(sizes, strides, element_size);
-  TORCH_INTERNAL_ASSERT(device_layout.host_bytes() == nbytes || nbytes == 0);
+  std::shared_ptr<const DeviceLayout> device_layout =
+      shared_storage_layout(sizes, strides, element_size);
+  TORCH_INTERNAL_ASSERT(device_layout->host_bytes() == nbytes || nbytes == 0);
   if (nbytes == 0) {
     const int64_t zero = 0;
-    device_layout = make_default_layout({&zero, 1}, element_size);
+    device_layout = std::make_shared<const DeviceLayout>(
+        make_default_layout({&zero, 1}, element_size));
   }
   return tensor_on_storage(
       allocate_with_layout(index, std::move(device_layout)), nbytes, sizes,
