@@ -52,6 +52,41 @@ void check_dtypes(const Matrix& in, const Matrix& out, ReduceOp op) {
   }
 }
 
+// A reduction program named after `op` and `layout`, its two arguments
+// declared.
+ProgramBuilder reduce_program(const char* layout, const Matrix& in,
+                              const Matrix& out, ReduceOp op,
+                              const ReduceOptions& o, uint32_t budget) {
+  ProgramBuilder builder(rt::str(reduce_op_name(op), layout), o.max_cores,
+                         budget);
+  builder.add_arg("in", in.dtype, in.bytes(), false);
+  builder.add_arg("out", out.dtype, out.bytes(), true);
+  return builder;
+}
+
+// One core's scratchpad for a reduction: two input tiles (the next loads
+// while one is reduced), the accumulator and the staged output row.
+struct ReduceBuffers {
+  uint32_t in[2], acc, out;
+  int parity = 0;  // the input tile the next load goes to
+};
+
+// The buffers of `core`, reserved when it gets its first chunk so every
+// chunk on the core reuses them.
+ReduceBuffers& buffers_of(std::map<uint32_t, ReduceBuffers>& buffers,
+                          CoreBuilder& core, uint64_t tile_bytes,
+                          uint64_t row_bytes) {
+  auto [it, first] = buffers.try_emplace(core.core());
+  if (first) {
+    ReduceBuffers& b = it->second;
+    b.in[0] = core.reserve(static_cast<uint32_t>(tile_bytes), "reduce input");
+    b.in[1] = core.reserve(static_cast<uint32_t>(tile_bytes), "reduce input");
+    b.acc = core.reserve(static_cast<uint32_t>(row_bytes), "accumulator");
+    b.out = core.reserve(static_cast<uint32_t>(row_bytes), "output row");
+  }
+  return it->second;
+}
+
 }  // namespace
 
 std::vector<RowChunk> row_chunks(const Matrix& out, uint64_t quantum,
@@ -167,48 +202,29 @@ rt::Program build_reduce_along_sticks(const Matrix& in, const Matrix& out,
     }
   }
   const uint32_t pitch = padded_row_bytes(tc, in.dtype);
-  ProgramBuilder builder(rt::str(reduce_op_name(op), "_along_sticks"),
-                         o.max_cores, budget);
-  builder.add_arg("in", in.dtype, in.bytes(), false);
-  builder.add_arg("out", out.dtype, out.bytes(), true);
-  struct Bufs {
-    uint32_t in[2], acc, out;
-  };
-  std::map<uint32_t, Bufs> bufs;
-  std::map<uint32_t, int> parity;
+  ProgramBuilder builder =
+      reduce_program("_along_sticks", in, out, op, o, budget);
+  std::map<uint32_t, ReduceBuffers> buffers;
   for_each_chunk_on_cores(
       builder, items, [&](CoreBuilder& core, const RowChunk& item) {
-        if (!bufs.count(core.core())) {
-          Bufs b{};
-          b.in[0] =
-              core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
-          b.in[1] =
-              core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
-          b.acc =
-              core.reserve(static_cast<uint32_t>(max_rows * 8), "accumulator");
-          b.out =
-              core.reserve(static_cast<uint32_t>(max_rows * 8), "output row");
-          bufs[core.core()] = b;
-        }
-        const Bufs& b = bufs[core.core()];
-        int& par = parity[core.core()];
+        ReduceBuffers& b = buffers_of(buffers, core, tr * pitch, max_rows * 8);
         const uint32_t acc_size = rt::element_size(acc_t);
         for (uint64_t r0 = 0; r0 < item.cols; r0 += tr) {
           const uint64_t nr = std::min(tr, item.cols - r0);
           for (uint64_t c0 = 0; c0 < in.cols; c0 += tc) {
             const uint64_t nc = std::min(tc, in.cols - c0);
             core.load(in.tiles(0, item.row * out.cols + item.col0 + r0, nr, c0,
-                               nc, b.in[par], pitch));
+                               nc, b.in[b.parity], pitch));
             rt::Reduce red;
             red.op = device_op(op);
-            red.src = spad_tile(b.in[par], in.dtype, pitch);
+            red.src = spad_tile(b.in[b.parity], in.dtype, pitch);
             red.dst = {b.acc + static_cast<uint32_t>(r0 * acc_size), acc_t,
                        static_cast<int32_t>(acc_size), 0};
             red.rows = static_cast<uint32_t>(nr);
             red.cols = static_cast<uint32_t>(nc);
             red.accumulate = c0 > 0;
             core.emit(red);
-            par ^= 1;
+            b.parity ^= 1;
           }
         }
         store_chunk(core, out, 1, item, b.acc, acc_t, b.out, o.scale);
@@ -245,44 +261,27 @@ rt::Program build_reduce_along_rows(const Matrix& in, const Matrix& out,
     throw KernelBuildError(rt::str(reduce_op_name(op), " over ", reduced,
                                    " rows does not fit one scratchpad tile"));
   }
-  ProgramBuilder builder(rt::str(reduce_op_name(op), "_along_rows"),
-                         o.max_cores, budget);
-  builder.add_arg("in", in.dtype, in.bytes(), false);
-  builder.add_arg("out", out.dtype, out.bytes(), true);
-  struct Bufs {
-    uint32_t in[2], acc, out;
-  };
-  std::map<uint32_t, Bufs> bufs;
-  std::map<uint32_t, int> parity;
+  ProgramBuilder builder =
+      reduce_program("_along_rows", in, out, op, o, budget);
+  std::map<uint32_t, ReduceBuffers> buffers;
   for_each_chunk_on_cores(
       builder, items, [&](CoreBuilder& core, const RowChunk& item) {
-        if (!bufs.count(core.core())) {
-          Bufs b{};
-          b.in[0] =
-              core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
-          b.in[1] =
-              core.reserve(static_cast<uint32_t>(tr * pitch), "reduce input");
-          b.acc = core.reserve(static_cast<uint32_t>(cc * 8), "accumulator");
-          b.out = core.reserve(static_cast<uint32_t>(cc * 8), "output row");
-          bufs[core.core()] = b;
-        }
-        const Bufs& b = bufs[core.core()];
-        int& par = parity[core.core()];
+        ReduceBuffers& b = buffers_of(buffers, core, tr * pitch, cc * 8);
         const uint32_t acc_size = rt::element_size(acc_t);
         for (uint64_t r0 = 0; r0 < reduced; r0 += tr) {
           const uint64_t nr = std::min(tr, reduced - r0);
           core.load(in.tiles(0, item.row * reduced + r0, nr, item.col0,
-                             item.cols, b.in[par], pitch));
+                             item.cols, b.in[b.parity], pitch));
           rt::Reduce red;
           red.op = device_op(op);
           // The tile read transposed: each column becomes a row to reduce.
-          red.src = transposed(spad_tile(b.in[par], in.dtype, pitch));
+          red.src = transposed(spad_tile(b.in[b.parity], in.dtype, pitch));
           red.dst = {b.acc, acc_t, static_cast<int32_t>(acc_size), 0};
           red.rows = static_cast<uint32_t>(item.cols);
           red.cols = static_cast<uint32_t>(nr);
           red.accumulate = r0 > 0;
           core.emit(red);
-          par ^= 1;
+          b.parity ^= 1;
         }
         store_chunk(core, out, 1, item, b.acc, acc_t, b.out, o.scale);
       });
