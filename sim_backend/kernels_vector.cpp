@@ -12,6 +12,7 @@
 
 #include "kernels.h"
 #include "kernels_util.h"
+#include "vector_ops.h"
 
 namespace spyre::sim {
 namespace {
@@ -63,24 +64,7 @@ bool is_compare(VecOp op) { return op >= VecOp::kEq && op <= VecOp::kGe; }
 
 // Ops whose result is floating even for integer inputs (as in PyTorch).
 bool is_float_only(VecOp op) {
-  switch (op) {
-    case VecOp::kExp:
-    case VecOp::kLog:
-    case VecOp::kSqrt:
-    case VecOp::kRsqrt:
-    case VecOp::kRecip:
-    case VecOp::kTanh:
-    case VecOp::kSigmoid:
-    case VecOp::kGelu:
-    case VecOp::kGeluTanh:
-    case VecOp::kSilu:
-    case VecOp::kErf:
-    case VecOp::kSin:
-    case VecOp::kCos:
-      return true;
-    default:
-      return false;
-  }
+  return is_transcendental_unary(op) || is_root_or_reciprocal(op);
 }
 
 bool is_integral_value(double v) {

@@ -17,6 +17,7 @@
 
 #include "dataflow/executable.h"
 #include "spyre/runtime/error.h"
+#include "vector_ops.h"
 
 namespace spyre::sim {
 namespace {
@@ -39,29 +40,12 @@ uint32_t matmul_macs_per_cycle(rt::DType dtype, const TimingTable& table) {
 }
 
 bool is_transcendental(rt::VecOp op) {
-  using rt::VecOp;
-  switch (op) {
-    case VecOp::kExp:
-    case VecOp::kLog:
-    case VecOp::kTanh:
-    case VecOp::kSigmoid:
-    case VecOp::kGelu:
-    case VecOp::kGeluTanh:
-    case VecOp::kSilu:
-    case VecOp::kErf:
-    case VecOp::kSin:
-    case VecOp::kCos:
-    case VecOp::kPow:
-      return true;
-    default:
-      return false;
-  }
+  return is_transcendental_unary(op) || op == rt::VecOp::kPow;
 }
 
 bool is_divide_like(rt::VecOp op) {
-  using rt::VecOp;
-  return op == VecOp::kDiv || op == VecOp::kSqrt || op == VecOp::kRsqrt ||
-         op == VecOp::kRecip || op == VecOp::kRemainder;
+  return op == rt::VecOp::kDiv || op == rt::VecOp::kRemainder ||
+         is_root_or_reciprocal(op);
 }
 
 // How an operand's column access slows the vector unit.
