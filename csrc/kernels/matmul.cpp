@@ -579,17 +579,13 @@ class CoreEmitter {
   }
 
   void emit_matmul(const Step& st, size_t par) {
-    rt::MatMul mm;
-    mm.a = spad_tile(buf_.a[par], s_.a.dtype, buf_.a_pitch);
-    if (s_.a_transposed) mm.a = transposed(mm.a);
-    mm.b = spad_tile(buf_.b[par], s_.b.dtype, buf_.b_pitch);
-    if (s_.b_transposed && !p_.transpose_b_on_chip) mm.b = transposed(mm.b);
-    mm.c = spad_tile(buf_.acc, kF32, buf_.acc_pitch);
-    mm.m = static_cast<uint32_t>(st.tm);
-    mm.n = static_cast<uint32_t>(st.tn);
-    mm.k = static_cast<uint32_t>(st.tk);
-    mm.accumulate = st.k0 > 0;
-    core_.emit(mm);
+    rt::Tile a = spad_tile(buf_.a[par], s_.a.dtype, buf_.a_pitch);
+    if (s_.a_transposed) a = transposed(a);
+    rt::Tile b = spad_tile(buf_.b[par], s_.b.dtype, buf_.b_pitch);
+    if (s_.b_transposed && !p_.transpose_b_on_chip) b = transposed(b);
+    detail::emit_matmul_tile(core_, a, b,
+                             spad_tile(buf_.acc, kF32, buf_.acc_pitch), st.tm,
+                             st.tn, st.tk, st.k0);
   }
 
   // The finished tile, in chunks of store_rows: bias, scale, activation in

@@ -43,6 +43,23 @@ struct DeviceFigures {
 
 rt::VecOp activation_op(Activation act);
 
+// One K tile of a product into the fp32 accumulator at `acc`:
+// acc (m x n) = a (m x k) @ b (k x n) for the first K tile (k0 == 0), and
+// acc += a @ b for each later one.
+inline void emit_matmul_tile(CoreBuilder& core, rt::Tile a, rt::Tile b,
+                             rt::Tile acc, uint64_t m, uint64_t n, uint64_t k,
+                             uint64_t k0) {
+  rt::MatMul mm;
+  mm.a = a;
+  mm.b = b;
+  mm.c = acc;
+  mm.m = static_cast<uint32_t>(m);
+  mm.n = static_cast<uint32_t>(n);
+  mm.k = static_cast<uint32_t>(k);
+  mm.accumulate = k0 > 0;
+  core.emit(mm);
+}
+
 // The epilogue of one accumulator chunk: out = act(alpha * acc + beta *
 // bias), computed in fp32 in place on `acc` and rounded once into `out`.
 // `bias` (c's dtype, in the scratchpad; row stride 0 broadcasts one row) is

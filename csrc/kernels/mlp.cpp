@@ -249,17 +249,14 @@ class MlpEmitter {
   }
 
   void emit_matmul(const Step& st, size_t par) {
-    rt::MatMul mm;
-    mm.a = st.phase == 0
-               ? spad_tile(column(buf_.x, st.k0), s_.x.dtype, buf_.x_pitch)
-               : spad_tile(column(buf_.h, st.k0), s_.x.dtype, buf_.h_pitch);
-    mm.b = spad_tile(buf_.w[par], s_.x.dtype, buf_.w_pitch);
-    mm.c = spad_tile(buf_.acc, kF32, buf_.acc_pitch);
-    mm.m = static_cast<uint32_t>(st.rows);
-    mm.n = static_cast<uint32_t>(st.tn);
-    mm.k = static_cast<uint32_t>(st.tk);
-    mm.accumulate = st.k0 > 0;
-    core_.emit(mm);
+    const rt::Tile a =
+        st.phase == 0
+            ? spad_tile(column(buf_.x, st.k0), s_.x.dtype, buf_.x_pitch)
+            : spad_tile(column(buf_.h, st.k0), s_.x.dtype, buf_.h_pitch);
+    detail::emit_matmul_tile(core_, a,
+                             spad_tile(buf_.w[par], s_.x.dtype, buf_.w_pitch),
+                             spad_tile(buf_.acc, kF32, buf_.acc_pitch), st.rows,
+                             st.tn, st.tk, st.k0);
   }
 
   void emit_epilogue(const Step& st) {
