@@ -26,6 +26,35 @@ double median_seconds(const std::function<void()>& fn, int reps, int warmup) {
   return times[times.size() / 2];
 }
 
+ModelledRuns run_modelled(const rt::LoadedProgram& loaded,
+                          const std::vector<rt::ArgBinding>& args, int reps) {
+  ModelledRuns runs;
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    runs.stats = loaded.run(args);
+    times.push_back(runs.stats.time_ns / 1e3);
+  }
+  std::sort(times.begin(), times.end());
+  runs.median_us = times[times.size() / 2];
+  return runs;
+}
+
+std::vector<rt::ArgBinding> zeroed_args(rt::Device& device,
+                                        rt::CachingAllocator& alloc,
+                                        const rt::Program& program) {
+  std::vector<rt::ArgBinding> args;
+  for (const rt::ArgSlot& slot : program.args) {
+    args.push_back({alloc.allocate(slot.bytes), slot.bytes, slot.dtype, {}});
+    device.fill(args.back().ptr, 0, slot.bytes);
+  }
+  return args;
+}
+
+void free_args(rt::CachingAllocator& alloc,
+               const std::vector<rt::ArgBinding>& args) {
+  for (const rt::ArgBinding& arg : args) alloc.free(arg.ptr);
+}
+
 Report::Report(std::string benchmark, std::string description)
     : benchmark_(std::move(benchmark)), description_(std::move(description)) {}
 

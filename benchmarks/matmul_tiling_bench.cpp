@@ -68,27 +68,18 @@ Measured measure(rt::Device& device, rt::CachingAllocator& alloc,
   r.plan = kernels::plan_matmul(shape, options);
   rt::LoadedProgram loaded(device,
                            kernels::build_matmul(shape, r.plan, options));
-  std::vector<rt::ArgBinding> args;
-  for (size_t i = 0; i < loaded.program().args.size(); ++i) {
-    const rt::ArgSlot& slot = loaded.program().args[i];
-    args.push_back({alloc.allocate(slot.bytes), slot.bytes, slot.dtype, {}});
-    if (i < inputs.size()) {
-      device.copy_to_device(args.back().ptr, inputs[i].data(),
-                            std::min<uint64_t>(slot.bytes, inputs[i].size()));
-    } else {
-      device.fill(args.back().ptr, 0, slot.bytes);
-    }
+  const std::vector<rt::ArgBinding> args =
+      bench::zeroed_args(device, alloc, loaded.program());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    device.copy_to_device(args[i].ptr, inputs[i].data(),
+                          std::min<uint64_t>(args[i].bytes, inputs[i].size()));
   }
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    r.stats = loaded.run(args);
-    times.push_back(r.stats.time_ns / 1e3);
-  }
-  std::sort(times.begin(), times.end());
-  r.median_us = times[times.size() / 2];
+  const bench::ModelledRuns runs = bench::run_modelled(loaded, args, reps);
+  r.stats = runs.stats;
+  r.median_us = runs.median_us;
   r.output.resize(args[2].bytes);
   device.copy_to_host(r.output.data(), args[2].ptr, args[2].bytes);
-  for (auto& arg : args) alloc.free(arg.ptr);
+  bench::free_args(alloc, args);
   return r;
 }
 

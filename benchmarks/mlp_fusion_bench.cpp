@@ -72,14 +72,9 @@ void launch(rt::Device& device, const rt::Program& program,
     args.push_back(
         buffers.get(names[i], slot.bytes, slot.dtype, rng, scales[i]));
   }
-  std::vector<double> times;
-  rt::LaunchStats stats;
-  for (int i = 0; i < reps; ++i) {
-    stats = loaded.run(args);
-    times.push_back(stats.time_ns / 1e3);
-  }
-  std::sort(times.begin(), times.end());
-  run.us += times[times.size() / 2];
+  const bench::ModelledRuns runs = bench::run_modelled(loaded, args, reps);
+  const rt::LaunchStats& stats = runs.stats;
+  run.us += runs.median_us;
   double used = 0;
   for (uint64_t b : stats.core_busy_cycles) {
     run.busy += static_cast<double>(b);

@@ -39,23 +39,13 @@ Run run(rt::Device& device, rt::CachingAllocator& alloc, const Matrix& in,
   options.path = path;
   options.barrier_after_load = true;
   rt::LoadedProgram loaded(device, kernels::build_restickify(in, out, options));
-  std::vector<rt::ArgBinding> args;
-  for (const rt::ArgSlot& slot : loaded.program().args) {
-    args.push_back({alloc.allocate(slot.bytes), slot.bytes, slot.dtype, {}});
-    device.fill(args.back().ptr, 0, slot.bytes);
-  }
+  const std::vector<rt::ArgBinding> args =
+      bench::zeroed_args(device, alloc, loaded.program());
   device.copy_to_device(args[0].ptr, x.data(), x.size());
-  Run r;
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    r.stats = loaded.run(args);
-    times.push_back(r.stats.time_ns / 1e3);
-  }
-  std::sort(times.begin(), times.end());
-  r.us = times[times.size() / 2];
-  r.out.resize(args[1].bytes);
+  const bench::ModelledRuns runs = bench::run_modelled(loaded, args, reps);
+  Run r{runs.median_us, runs.stats, std::vector<uint8_t>(args[1].bytes)};
   device.copy_to_host(r.out.data(), args[1].ptr, args[1].bytes);
-  for (auto& arg : args) alloc.free(arg.ptr);
+  bench::free_args(alloc, args);
   return r;
 }
 

@@ -39,11 +39,8 @@ int main(int argc, char** argv) {
     options.max_cores = 1;
     options.schedule = v.schedule;
     rt::LoadedProgram loaded(device, kernels::build_softmax(m, m, options));
-    std::vector<rt::ArgBinding> args;
-    for (const rt::ArgSlot& slot : loaded.program().args) {
-      args.push_back({alloc.allocate(slot.bytes), slot.bytes, slot.dtype, {}});
-      device.fill(args.back().ptr, 0, slot.bytes);
-    }
+    const std::vector<rt::ArgBinding> args =
+        bench::zeroed_args(device, alloc, loaded.program());
     const rt::LaunchStats stats = loaded.run(args);
     const double us = stats.time_ns / 1e3;
     report.add({v.name,
@@ -52,7 +49,7 @@ int main(int argc, char** argv) {
                  {"ratio", us / v.published_us},
                  {"vector_util", stats.vector_utilization}},
                 "within 2x: ratio in [0.5, 2]"});
-    for (auto& arg : args) alloc.free(arg.ptr);
+    bench::free_args(alloc, args);
   }
   report.finish(argc, argv);
   return 0;
