@@ -54,14 +54,6 @@ template <typename T>
                  [&](uint32_t i) { out[i] = cond[i] != 0.0f ? b[i] : c[i]; });
 }
 
-int arity(VecOp op) {
-  if (op == VecOp::kFill || op == VecOp::kIota) return 0;
-  if (op == VecOp::kSelect) return 3;
-  return op >= VecOp::kAdd ? 2 : 1;
-}
-
-bool is_compare(VecOp op) { return op >= VecOp::kEq && op <= VecOp::kGe; }
-
 // Ops whose result is floating even for integer inputs (as in PyTorch).
 bool is_float_only(VecOp op) {
   return is_transcendental_unary(op) || is_root_or_reciprocal(op);
@@ -76,8 +68,8 @@ bool is_integral_value(double v) {
 // dst is a 0/1 or a pass-through); other ops also follow a floating dst.
 bool computes_in_float(const rt::Vector& v) {
   if (is_float_only(v.op)) return true;
-  int n = arity(v.op);
-  bool value_dst = !is_compare(v.op) && v.op != VecOp::kLogicalNot &&
+  int n = rt::vec_op_arity(v.op);
+  bool value_dst = !rt::vec_op_is_compare(v.op) && v.op != VecOp::kLogicalNot &&
                    v.op != VecOp::kLogicalAnd && v.op != VecOp::kLogicalOr &&
                    v.op != VecOp::kSelect;
   if (value_dst && rt::is_floating(v.dst.dtype)) return true;
@@ -397,7 +389,7 @@ struct Operands {
 
 Operands bind_operands(const rt::Vector& v, std::span<uint8_t> spad) {
   Operands ops;
-  int n = arity(v.op);
+  int n = rt::vec_op_arity(v.op);
   ops.dst = bind_tile(spad, v.dst, v.rows, v.cols, "vector dst");
   if (n >= 1) ops.src0 = bind_tile(spad, v.src0, v.rows, v.cols, "vector src0");
   if (n >= 2 && !(n == 2 && v.src1_is_imm)) {
@@ -424,7 +416,7 @@ int64_t imm_as_int(double v) {
 void run_float_chunk(const rt::Vector& v, const Operands& ops, uint32_t r,
                      uint32_t c0, uint32_t n, ChunkBuffers<float>& buf) {
   FloatArgs args{buf.a, buf.b, buf.out, n};
-  switch (arity(v.op)) {
+  switch (rt::vec_op_arity(v.op)) {
     case 0:
       for (uint32_t i = 0; i < n; ++i) {
         double index = static_cast<double>(r) * v.cols + (c0 + i);
@@ -458,7 +450,7 @@ void run_float_chunk(const rt::Vector& v, const Operands& ops, uint32_t r,
 void run_int_chunk(const rt::Vector& v, const Operands& ops, uint32_t r,
                    uint32_t c0, uint32_t n, ChunkBuffers<int64_t>& buf) {
   IntArgs args{buf.a, buf.b, buf.out, n};
-  switch (arity(v.op)) {
+  switch (rt::vec_op_arity(v.op)) {
     case 0: {
       int64_t start = imm_as_int(v.imm);
       int64_t step = imm_as_int(v.imm2);
