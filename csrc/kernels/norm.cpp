@@ -13,17 +13,6 @@ constexpr rt::DType kF32 = rt::DType::kFloat32;
 
 rt::Tile column(uint32_t offset) { return {offset, kF32, 4, 0}; }
 
-// The sum of each of `rows` rows (`cols` wide) of `src` into `dst`.
-rt::Reduce row_sums(rt::Tile dst, rt::Tile src, uint32_t rows, uint32_t cols) {
-  rt::Reduce sum;
-  sum.op = rt::RedOp::kSum;
-  sum.src = src;
-  sum.dst = dst;
-  sum.rows = rows;
-  sum.cols = cols;
-  return sum;
-}
-
 void check(const NormShape& s, const NormOptions& o) {
   auto row_vector = [&](const std::optional<Matrix>& m, const char* what) {
     if (m && (m->rows != 1 || m->cols != s.in.cols)) {
@@ -140,13 +129,13 @@ rt::Program build_norm(const NormShape& s, const NormOptions& o) {
           const rt::Tile rstd = column(b.rstd + static_cast<uint32_t>(r0 * 4));
           rt::Tile centred = x;
           if (!o.rms) {
-            core.emit(row_sums(mean, x, nr, cols));
+            core.emit(row_reduce(rt::RedOp::kSum, mean, x, nr, cols));
             core.emit(vec_imm(rt::VecOp::kMul, mean, mean, 1 / n, nr, 1));
             core.emit(vec2(rt::VecOp::kSub, work, x, mean, nr, cols));
             centred = work;
           }
           core.emit(vec2(rt::VecOp::kMul, sq, centred, centred, nr, cols));
-          core.emit(row_sums(rstd, sq, nr, cols));
+          core.emit(row_reduce(rt::RedOp::kSum, rstd, sq, nr, cols));
           // rstd = 1 / sqrt(sum / n + eps): biased variance, as PyTorch.
           core.emit(vec_imm(rt::VecOp::kMul, rstd, rstd, 1 / n, nr, 1));
           core.emit(vec_imm(rt::VecOp::kAdd, rstd, rstd, o.eps, nr, 1));

@@ -125,6 +125,18 @@ void for_each_chunk_on_cores(
   }
 }
 
+rt::Reduce row_reduce(rt::RedOp op, rt::Tile dst, rt::Tile src, uint64_t rows,
+                      uint64_t cols, bool accumulate) {
+  rt::Reduce red;
+  red.op = op;
+  red.dst = dst;
+  red.src = src;
+  red.rows = static_cast<uint32_t>(rows);
+  red.cols = static_cast<uint32_t>(cols);
+  red.accumulate = accumulate;
+  return red;
+}
+
 void store_chunk(CoreBuilder& core, const Matrix& out, uint32_t slot,
                  const RowChunk& chunk, uint32_t acc, rt::DType acc_dtype,
                  uint32_t staging, double scale) {
@@ -215,15 +227,11 @@ rt::Program build_reduce_along_sticks(const Matrix& in, const Matrix& out,
             const uint64_t nc = std::min(tc, in.cols - c0);
             core.load(in.tiles(0, item.row * out.cols + item.col0 + r0, nr, c0,
                                nc, b.in[b.parity], pitch));
-            rt::Reduce red;
-            red.op = device_op(op);
-            red.src = spad_tile(b.in[b.parity], in.dtype, pitch);
-            red.dst = {b.acc + static_cast<uint32_t>(r0 * acc_size), acc_t,
-                       static_cast<int32_t>(acc_size), 0};
-            red.rows = static_cast<uint32_t>(nr);
-            red.cols = static_cast<uint32_t>(nc);
-            red.accumulate = c0 > 0;
-            core.emit(red);
+            const rt::Tile acc{b.acc + static_cast<uint32_t>(r0 * acc_size),
+                               acc_t, static_cast<int32_t>(acc_size), 0};
+            core.emit(row_reduce(device_op(op), acc,
+                                 spad_tile(b.in[b.parity], in.dtype, pitch), nr,
+                                 nc, c0 > 0));
             b.parity ^= 1;
           }
         }
@@ -272,15 +280,11 @@ rt::Program build_reduce_along_rows(const Matrix& in, const Matrix& out,
           const uint64_t nr = std::min(tr, reduced - r0);
           core.load(in.tiles(0, item.row * reduced + r0, nr, item.col0,
                              item.cols, b.in[b.parity], pitch));
-          rt::Reduce red;
-          red.op = device_op(op);
           // The tile read transposed: each column becomes a row to reduce.
-          red.src = transposed(spad_tile(b.in[b.parity], in.dtype, pitch));
-          red.dst = {b.acc, acc_t, static_cast<int32_t>(acc_size), 0};
-          red.rows = static_cast<uint32_t>(item.cols);
-          red.cols = static_cast<uint32_t>(nr);
-          red.accumulate = r0 > 0;
-          core.emit(red);
+          core.emit(row_reduce(
+              device_op(op), {b.acc, acc_t, static_cast<int32_t>(acc_size), 0},
+              transposed(spad_tile(b.in[b.parity], in.dtype, pitch)), item.cols,
+              nr, r0 > 0));
           b.parity ^= 1;
         }
         store_chunk(core, out, 1, item, b.acc, acc_t, b.out, o.scale);

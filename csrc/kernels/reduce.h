@@ -60,6 +60,10 @@ uint64_t widest_chunk(const std::vector<RowChunk>& chunks);
 void for_each_chunk_on_cores(
     ProgramBuilder& builder, const std::vector<RowChunk>& chunks,
     const std::function<void(CoreBuilder&, const RowChunk&)>& emit);
+// One Reduce instruction: each of the `rows` rows (`cols` wide) of `src`
+// into one value of `dst`, combined with what `dst` holds when `accumulate`.
+rt::Reduce row_reduce(rt::RedOp op, rt::Tile dst, rt::Tile src, uint64_t rows,
+                      uint64_t cols, bool accumulate = false);
 // Rounds chunk.cols values of `acc_dtype` at scratchpad `acc` (times
 // `scale`) into out's dtype at `staging`, and stores them as the chunk of
 // out (argument `slot`).
