@@ -26,6 +26,7 @@ Prints the tables and writes compile_bench.json (to --out).
 """
 
 import argparse
+import contextlib
 import json
 import pathlib
 import statistics
@@ -41,24 +42,27 @@ from torch_spyre._inductor import runtime
 h = torch.float16
 
 
-def modelled_ns(fn, args, **switches):
-    """Compiles fn under the lowering switches and returns (device ns,
-    launches, mean core utilisation)."""
-    saved = {k: getattr(spyre_config, k) for k in switches}
-    try:
-        for k, v in switches.items():
-            setattr(spyre_config, k, v)
+@contextlib.contextmanager
+def compiled_on_spyre(fn, args, switches):
+    """Under the lowering switches: fn compiled afresh (no caches), args moved
+    to spyre and one call made (compile + load); yields (compiled, device
+    args). The switches are restored on exit."""
+    with spyre_config.patch(**switches):
         torch._dynamo.reset()
         with torch._inductor.config.patch(force_disable_caches=True):
             compiled = torch.compile(fn)
             dev = [a.to("spyre") for a in args]
-            compiled(*dev)  # compile + load
+            compiled(*dev)
             torch.spyre.synchronize()
-            with runtime.profile() as prof:
-                compiled(*dev)
-    finally:
-        for k, v in saved.items():
-            setattr(spyre_config, k, v)
+            yield compiled, dev
+
+
+def modelled_ns(fn, args, **switches):
+    """Compiles fn under the lowering switches and returns (device ns,
+    launches, mean core utilisation)."""
+    with compiled_on_spyre(fn, args, switches) as (compiled, dev):
+        with runtime.profile() as prof:
+            compiled(*dev)
     util = [s["core_utilization"] for _, s in prof.launches]
     return prof.device_time_ns(), len(prof.launches), sum(util) / max(1, len(util))
 
@@ -68,34 +72,22 @@ def wall_and_device(fn, args, reps=5, **switches):
     modelled device us of its compiled launches, or, when it has none, of
     its last eager-library launch; eager launches and CPU fallbacks per
     call)."""
-    saved = {k: getattr(spyre_config, k) for k in switches}
-    try:
-        for k, v in switches.items():
-            setattr(spyre_config, k, v)
-        torch._dynamo.reset()
-        with torch._inductor.config.patch(force_disable_caches=True):
-            compiled = torch.compile(fn)
-            dev = [a.to("spyre") for a in args]
+    with compiled_on_spyre(fn, args, switches) as (compiled, dev):
+        walls = []
+        torch.spyre.reset_op_stats()
+        torch.spyre.reset_fallback_stats()
+        for _ in range(reps):
+            start = time.perf_counter()
             compiled(*dev)
             torch.spyre.synchronize()
-            walls = []
-            torch.spyre.reset_op_stats()
-            torch.spyre.reset_fallback_stats()
-            for _ in range(reps):
-                start = time.perf_counter()
-                compiled(*dev)
-                torch.spyre.synchronize()
-                walls.append(time.perf_counter() - start)
-            eager = torch.spyre.op_stats()["launches"] / reps
-            fallbacks = sum(torch.spyre.fallback_stats().values()) / reps
-            with runtime.profile() as prof:
-                compiled(*dev)
-            torch.spyre.synchronize()
-            device_ns = prof.device_time_ns() if prof.launches else \
-                torch.spyre.last_launch_stats()["time_ns"]
-    finally:
-        for k, v in saved.items():
-            setattr(spyre_config, k, v)
+            walls.append(time.perf_counter() - start)
+        eager = torch.spyre.op_stats()["launches"] / reps
+        fallbacks = sum(torch.spyre.fallback_stats().values()) / reps
+        with runtime.profile() as prof:
+            compiled(*dev)
+        torch.spyre.synchronize()
+        device_ns = prof.device_time_ns() if prof.launches else \
+            torch.spyre.last_launch_stats()["time_ns"]
     return statistics.median(walls) * 1e6, device_ns / 1e3, eager, fallbacks
 
 
