@@ -385,10 +385,11 @@ void unpack_stick(uint8_t* image, const uint8_t* in, int64_t stride,
 }
 
 void check_range(const DeviceLayout& layout, uint64_t begin, uint64_t end) {
-  require(begin <= end && end <= layout.device_bytes(),
-          "byte range [" + std::to_string(begin) + ", " + std::to_string(end) +
-              ") is not inside the " + std::to_string(layout.device_bytes()) +
-              " device bytes of " + layout.to_string());
+  require(begin <= end && end <= layout.device_bytes(), [&] {
+    return "byte range [" + std::to_string(begin) + ", " + std::to_string(end) +
+           ") is not inside the " + std::to_string(layout.device_bytes()) +
+           " device bytes of " + layout.to_string();
+  });
 }
 
 }  // namespace
