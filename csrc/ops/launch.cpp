@@ -6,15 +6,19 @@
 #include <ATen/ops/from_blob.h>
 #include <ATen/record_function.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -183,17 +187,19 @@ class BoundedProgramCache {
  public:
   using Program = std::shared_ptr<const rt::LoadedProgram>;
 
+  // The program under `key` (now the most recent), or null.
+  Program find(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    ++counters().program_hits;
+    order_.splice(order_.begin(), order_, it->second);
+    return it->second->second;
+  }
+
   Program get(c10::DeviceIndex device, const std::string& key,
               c10::function_ref<rt::Program()> build) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = index_.find(key);
-      if (it != index_.end()) {
-        ++counters().program_hits;
-        order_.splice(order_.begin(), order_, it->second);
-        return it->second->second;
-      }
-    }
+    if (Program found = find(key)) return found;
     // Built and loaded outside the lock: a racing thread's entry for the
     // same key wins and ours is dropped unused.
     Program loaded = call_runtime([&] {
@@ -588,6 +594,151 @@ bool same_view(const at::Tensor& a, const std::vector<int64_t>& a_strides,
   return a.storage_offset() == b.storage_offset() && a_strides == b_strides;
 }
 
+// ---- the launch memo ------------------------------------------------------
+// Describing an elementwise kernel (operand analysis) and spelling its
+// program cache key cost more host time than the rest of an eager launch.
+// The memo skips both for a launch seen before: the launch's signature
+// (name, steps, device, and every operand's dtype, sizes, strides, offset
+// and storage layout: all the kernel is derived from) maps to the cache key
+// the full path spelled. Only launches the full path ran on the tensors as
+// given are remembered (nothing materialized), and the program cache still
+// decides what stays loaded: a hit whose program was evicted takes the full
+// path.
+class LaunchSignature {
+ public:
+  // nullopt for launches that always take the full path: random steps (a
+  // fresh program each time), operands on other devices (the full path
+  // raises), an input sharing out's storage through another view (it is
+  // read from a copy).
+  static std::optional<LaunchSignature> of(
+      const std::string& name, c10::ArrayRef<at::Tensor> inputs,
+      const at::Tensor& out, c10::ArrayRef<kernels::ElementwiseStep> steps) {
+    LaunchSignature sig;
+    sig.add(out.device().index());
+    sig.add(static_cast<int64_t>(name.size()));
+    for (size_t i = 0; i < name.size(); i += sizeof(int64_t)) {
+      int64_t word = 0;
+      std::memcpy(&word, name.data() + i,
+                  std::min(sizeof(int64_t), name.size() - i));
+      sig.add(word);
+    }
+    sig.add(static_cast<int64_t>(steps.size()));
+    for (const kernels::ElementwiseStep& step : steps) {
+      if (step.kind == kernels::ElementwiseStep::Kind::kRandom) {
+        return std::nullopt;
+      }
+      sig.add_step(step);
+    }
+    sig.add(static_cast<int64_t>(inputs.size()));
+    for (const at::Tensor& input : inputs) {
+      if (input.device() != out.device()) return std::nullopt;
+      const bool aliased = input.storage().is_alias_of(out.storage());
+      if (aliased &&
+          !(input.sizes() == out.sizes() && input.strides() == out.strides() &&
+            input.storage_offset() == out.storage_offset())) {
+        return std::nullopt;
+      }
+      sig.add_operand(input);
+    }
+    sig.add_operand(out);
+    return sig;
+  }
+
+  std::span<const int64_t> words() const { return words_; }
+
+ private:
+  void add(int64_t word) { words_.push_back(word); }
+  void add_list(c10::ArrayRef<int64_t> list) {
+    add(static_cast<int64_t>(list.size()));
+    words_.append(list.begin(), list.end());
+  }
+  void add_step(const kernels::ElementwiseStep& step) {
+    add(static_cast<int64_t>(step.kind));
+    add(static_cast<int64_t>(step.op));
+    add(static_cast<int64_t>(step.dtype));
+    for (int src : step.src) add(src);
+    add(step.src1_is_imm);
+    add(std::bit_cast<int64_t>(step.imm));
+    add(std::bit_cast<int64_t>(step.imm2));
+  }
+  void add_operand(const at::Tensor& tensor) {
+    add(static_cast<int64_t>(tensor.scalar_type()));
+    add_list(tensor.sizes());
+    add_list(tensor.strides());
+    add(tensor.storage_offset());
+    const DeviceLayout& layout = tensor_layout(tensor);
+    add(layout.element_size);
+    add_list(layout.host_sizes);
+    add_list(layout.device_size);
+    add_list(layout.dim_map);
+    add_list(layout.dim_step);
+  }
+
+  c10::SmallVector<int64_t, 96> words_;
+};
+
+// Per thread, so a lookup takes no lock. Bounded: a process cycling through
+// many shapes forgets them all at once when it is full (remembering is
+// cheap, the full path only costs what it cost before the memo).
+class LaunchMemo {
+ public:
+  static LaunchMemo& of_this_thread() {
+    thread_local LaunchMemo memo;
+    return memo;
+  }
+
+  const std::string* find(const LaunchSignature& signature) const {
+    auto it = keys_.find(signature.words());
+    return it == keys_.end() ? nullptr : &it->second;
+  }
+
+  void remember(const LaunchSignature& signature, const std::string& key) {
+    if (keys_.size() >= kCapacity) keys_.clear();
+    const std::span<const int64_t> words = signature.words();
+    keys_.try_emplace(std::vector<int64_t>(words.begin(), words.end()), key);
+  }
+
+ private:
+  static constexpr size_t kCapacity = 1024;
+
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::span<const int64_t> words) const {
+      uint64_t h = 0xcbf29ce484222325ull;
+      for (int64_t w : words) {
+        h = (h ^ static_cast<uint64_t>(w)) * 0x100000001b3ull;
+        h ^= h >> 29;
+      }
+      return static_cast<size_t>(h);
+    }
+  };
+  struct Equal {
+    using is_transparent = void;
+    bool operator()(std::span<const int64_t> a,
+                    std::span<const int64_t> b) const {
+      return std::ranges::equal(a, b);
+    }
+  };
+  std::unordered_map<std::vector<int64_t>, std::string, Hash, Equal> keys_;
+};
+
+// Runs a launch the memo knows on the tensors as given; false when it does
+// not know it or its program is no longer loaded.
+bool launch_remembered(const LaunchSignature& signature,
+                       c10::ArrayRef<at::Tensor> inputs,
+                       const at::Tensor& out) {
+  const std::string* key = LaunchMemo::of_this_thread().find(signature);
+  if (key == nullptr) return false;
+  std::shared_ptr<const rt::LoadedProgram> program =
+      bounded_cache_of(out.device().index()).find(*key);
+  if (!program) return false;
+  c10::SmallVector<at::Tensor, 4> tensors(inputs.begin(), inputs.end());
+  tensors.push_back(out);
+  const rt::LoadedProgram& loaded = *program;
+  launch_program(loaded, std::move(program), tensors);
+  return true;
+}
+
 }  // namespace
 
 // A device copy into a fresh tensor works when the copy kernel can read
@@ -618,6 +769,8 @@ void launch_elementwise(const std::string& name,
                         c10::ArrayRef<at::Tensor> inputs, const at::Tensor& out,
                         c10::ArrayRef<kernels::ElementwiseStep> steps) {
   if (out.numel() == 0) return;
+  const auto signature = LaunchSignature::of(name, inputs, out, steps);
+  if (signature && launch_remembered(*signature, inputs, out)) return;
   const Iteration it(out);
   const std::vector<int64_t>& sizes = it.sizes();
   const std::vector<int64_t> out_strides = it.strides(out, out.dim(), true);
@@ -637,6 +790,7 @@ void launch_elementwise(const std::string& name,
   kernel.steps.assign(steps.begin(), steps.end());
   std::vector<at::Tensor> tensors;
   tensors.reserve(inputs.size() + 1);
+  bool as_given = true;  // no input replaced by a copy
   for (const at::Tensor& given : inputs) {
     TORCH_CHECK_VALUE(given.device() == out.device(), "spyre: ", name,
                       ": expected all tensors on ", out.device(), ", got ",
@@ -673,6 +827,7 @@ void launch_elementwise(const std::string& name,
     }
     TORCH_INTERNAL_ASSERT(operand.has_value(), "spyre: ", name,
                           ": a materialized input is not addressable");
+    as_given = as_given && input.is_same(given);
     kernel.inputs.push_back(*operand);
     tensors.push_back(std::move(input));
   }
@@ -691,6 +846,9 @@ void launch_elementwise(const std::string& name,
   launch_cached(
       out.device().index(), key,
       [&] { return kernels::build_elementwise(kernel); }, tensors);
+  if (signature && as_given) {
+    LaunchMemo::of_this_thread().remember(*signature, key);
+  }
 }
 
 void device_copy(const at::Tensor& src, const at::Tensor& dst) {

@@ -53,6 +53,39 @@ def test_program_cache_builds_once_per_key():
     assert torch.spyre.op_stats()["program_misses"] == 2
 
 
+def test_repeated_launches_tell_layouts_offsets_and_aliases_apart():
+    # A repeated launch skips describing its kernel (the launch memo keyed by
+    # every operand's dtype, sizes, strides, offset and device layout); it
+    # must still tell apart operands that differ only in one of those.
+    import torch_spyre
+
+    a, b = rand((6, 130), torch.float16), rand((6, 130), torch.float16)
+    x, y = a.to("spyre"), b.to("spyre")
+
+    def launches():
+        assert torch.equal((x + y).cpu(), a + b)
+        stick0 = torch_spyre.to_device(a, stick_dim=0)  # same strides
+        assert torch.equal((stick0 + y).cpu(), a + b)
+        assert torch.equal((x[1:] + y[:-1]).cpu(), a[1:] + b[:-1])
+        assert torch.equal((x[:-1] + y[1:]).cpu(), a[:-1] + b[1:])
+        z, c = x.clone(), a.clone()  # an input aliasing out, another view
+        torch.add(z[:3], z[3:], out=z[3:])
+        torch.add(c[:3], c[3:], out=c[3:])
+        assert torch.equal(z.cpu(), c)
+        z.add_(y)  # the same view: read in place
+        c.add_(b)
+        assert torch.equal(z.cpu(), c)
+
+    launches()
+    first = torch.spyre.op_stats()
+    launches()
+    again = torch.spyre.op_stats()
+    assert again["program_misses"] == first["program_misses"]
+    assert again["program_hits"] - first["program_hits"] == first["launches"]
+    assert again["launches"] == 2 * first["launches"]
+    no_fallbacks()
+
+
 def test_last_launch_stats_reports_the_add():
     x = torch.randn(64, 256, dtype=torch.float16, device="spyre")
     torch.spyre.synchronize()
