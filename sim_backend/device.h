@@ -60,13 +60,15 @@ class SimDevice : public rt::Device {
   const TimingTable& table_;
   DeviceMemory memory_;
   std::optional<std::string> trace_path_;
-  // Launches of fewer modelled busy cycles (all cores) run on one host
-  // thread (run_launch). ~4k cycles is roughly where a hand-off to the
-  // helper thread (a futex wake and cache misses, some microseconds) stops
-  // costing more than it saves. SPYRE_SIM_INLINE_CYCLES=0 puts every
-  // multi-core launch on two threads (the sanitizer runs do, so their
+  // Launches of less host work (SimExecutable::host_work: unit-busy cycles
+  // plus sticks moved) run on one host thread (run_launch). Measured on the
+  // 2-core VMs: elementwise launches up to 1M elements gain nothing from a
+  // second thread (memory-bound), a 256^3 matmul (33k) gains a third, a
+  // 128^3 one (11k) loses, as every launch under ~4k does (the futex wake of
+  // the helper costs more than the launch). SPYRE_SIM_INLINE_CYCLES=0 puts
+  // every multi-core launch on two threads (the sanitizer runs do, so their
   // thread checks see every program).
-  static constexpr uint64_t kDefaultInlineCycles = 4096;
+  static constexpr uint64_t kDefaultInlineCycles = 16384;
   uint64_t inline_cycles_ = kDefaultInlineCycles;
   std::mutex pads_mutex_;
   std::vector<std::unique_ptr<Scratchpads>> free_pads_;

@@ -337,6 +337,8 @@ void fill_stats(SimExecutable& exe, const TimingTable& table,
       stats.core_busy_cycles[core.core] = union_length(spans);
     }
   }
+  exe.host_work = matrix_busy + vector_busy +
+                  (stats.dma_bytes + stats.ring_bytes) / rt::kStickBytes;
   stats.time_ns = static_cast<double>(stats.cycles) / table.clock_ghz +
                   table.launch_overhead_ns;
   if (stats.cycles == 0) return;

@@ -56,6 +56,10 @@ class SimExecutable : public rt::Executable {
   std::vector<ChannelEnds> channel_ends;  // parallel to channels
   bool has_gather = false;
   rt::LaunchStats stats;
+  // What the host emulates, in modelled cycles: matrix- and vector-unit busy
+  // cycles plus sticks moved (DMA and ring). Latency is left out: waiting
+  // for device memory costs the emulator nothing.
+  uint64_t host_work = 0;
   // Set when the ring channels deadlock (a receive whose send can never
   // run); prepare() rejects the program with it.
   std::optional<std::string> deadlock;

@@ -70,13 +70,6 @@ class HelperThread {
   bool busy_ = false;           // from try_start() to the owner's wait()
 };
 
-// Modelled busy cycles over all cores: a proxy for the host work of a launch.
-uint64_t busy_cycles(const SimExecutable& exe) {
-  uint64_t total = 0;
-  for (uint64_t c : exe.stats.core_busy_cycles) total += c;
-  return total;
-}
-
 // Where a core is, for error messages. Checks run on every instruction, so
 // this is formatted only when a check fails.
 struct CoreAt {
@@ -118,7 +111,7 @@ class Launch {
 
   void run(uint64_t inline_cycles) {
     const bool helped = exe_.cores.size() > 1 &&
-                        busy_cycles(exe_) >= inline_cycles &&
+                        exe_.host_work >= inline_cycles &&
                         HelperThread::get().try_start([this] { work(); });
     work();
     if (helped) HelperThread::get().wait();

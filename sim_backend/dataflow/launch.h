@@ -1,7 +1,7 @@
 // Functional execution of one launch: each core runs its instructions in
 // program order; cores run cooperatively on the launching thread and, for a
-// launch of at least `inline_cycles` modelled busy cycles (summed over its
-// cores), a helper thread; a core parks at a RingRecv whose send has not run
+// launch of at least `inline_cycles` of host work (SimExecutable::host_work),
+// a helper thread; a core parks at a RingRecv whose send has not run
 // yet. Small launches stay on one thread: handing work to a second thread
 // costs more host time than they take.
 //
