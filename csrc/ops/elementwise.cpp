@@ -143,11 +143,18 @@ at::TensorIterator binary_iter(const at::Tensor& a, const at::Tensor& b,
       .build();
 }
 
+// at::result_type of two tensors; tensors of one dtype (the common case)
+// promote to it whatever their dims, so the dispatcher call is skipped.
+at::ScalarType common_type(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() == b.scalar_type()) return a.scalar_type();
+  return at::result_type(a, b);
+}
+
 void add_sub(const char* name, VecOp op, const at::Tensor& self,
              const at::Tensor& other, const at::Scalar& alpha,
              const at::Tensor& out) {
   Operands ops;
-  ops.common = at::result_type(self, other);
+  ops.common = common_type(self, other);
   at::native::alpha_check(ops.common, alpha);
   auto a = ops.add(self);
   auto b = ops.add(other);
@@ -173,7 +180,7 @@ void add_sub(const char* name, VecOp op, const at::Tensor& self,
 
 bool add_on_device(const at::Tensor& self, const at::Tensor& other,
                    const at::Tensor* out) {
-  const at::ScalarType common = at::result_type(self, other);
+  const at::ScalarType common = common_type(self, other);
   return device_computes(common) &&
          (out == nullptr || device_computes(out->scalar_type()));
 }
