@@ -317,8 +317,8 @@ void walk_sticks(const StickGrid& grid, int64_t first, int64_t last,
   cover(cover, 0, first, last);
 }
 
-// One stick's elements between the host image and the device buffer. The
-// contiguous case is a fixed-size copy the compiler turns into vector moves.
+// One stick's elements between the host image and the device buffer, one
+// element size per instantiation, so each element is a fixed-size copy.
 template <size_t kElement>
 void gather_elements(uint8_t* out, const uint8_t* image, int64_t stride,
                      int64_t valid) {
@@ -335,6 +335,22 @@ void scatter_elements(uint8_t* image, const uint8_t* in, int64_t stride,
   }
 }
 
+// f(std::integral_constant<size_t, es>) for an element size of 1, 2, 4 or
+// 8 bytes (layouts hold no other).
+template <typename F>
+void with_element_size(size_t es, F&& f) {
+  switch (es) {
+    case 1:
+      return f(std::integral_constant<size_t, 1>{});
+    case 2:
+      return f(std::integral_constant<size_t, 2>{});
+    case 4:
+      return f(std::integral_constant<size_t, 4>{});
+    default:
+      return f(std::integral_constant<size_t, 8>{});
+  }
+}
+
 void pack_stick(uint8_t* out, const uint8_t* image, int64_t stride,
                 int64_t valid, size_t es) {
   if (valid * static_cast<int64_t>(es) == kStickBytes && stride == 1) {
@@ -344,20 +360,9 @@ void pack_stick(uint8_t* out, const uint8_t* image, int64_t stride,
   if (stride == 1) {
     std::memcpy(out, image, valid * es);
   } else {
-    switch (es) {
-      case 1:
-        gather_elements<1>(out, image, stride, valid);
-        break;
-      case 2:
-        gather_elements<2>(out, image, stride, valid);
-        break;
-      case 4:
-        gather_elements<4>(out, image, stride, valid);
-        break;
-      default:
-        gather_elements<8>(out, image, stride, valid);
-        break;
-    }
+    with_element_size(es, [&](auto size) {
+      gather_elements<size()>(out, image, stride, valid);
+    });
   }
   std::memset(out + valid * es, 0, kStickBytes - valid * es);
 }
@@ -368,20 +373,9 @@ void unpack_stick(uint8_t* image, const uint8_t* in, int64_t stride,
     std::memcpy(image, in, valid * es);
     return;
   }
-  switch (es) {
-    case 1:
-      scatter_elements<1>(image, in, stride, valid);
-      break;
-    case 2:
-      scatter_elements<2>(image, in, stride, valid);
-      break;
-    case 4:
-      scatter_elements<4>(image, in, stride, valid);
-      break;
-    default:
-      scatter_elements<8>(image, in, stride, valid);
-      break;
-  }
+  with_element_size(es, [&](auto size) {
+    scatter_elements<size()>(image, in, stride, valid);
+  });
 }
 
 void check_range(const DeviceLayout& layout, uint64_t begin, uint64_t end) {
