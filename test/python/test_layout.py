@@ -52,7 +52,7 @@ def random_tensor(sizes, dtype):
 
 @pytest.mark.parametrize("sizes", [(3, 130), (130,), (), (0,), (0, 5), (5, 0), (2, 3, 130),
                                    (2, 3, 4, 65), (1, 1, 129), (7, 1), (64,), (33, 65),
-                                   (257, 129), (3, 40, 70)])
+                                   (257, 129), (3, 40, 70), (130, 70, 200)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.int64, torch.bool,
                                    torch.bfloat16, torch.int8])
 def test_round_trip_is_exact(sizes, dtype):
