@@ -24,18 +24,33 @@ import torch
 N = 1024
 REPEATS = 2000
 BATCH = 50
+SETTLE_S = 0.0002
 
 
-def median_ns(fn, repeats=REPEATS, batch=BATCH, sync=None):
-    samples = []
+def batch_ns(fn, batch, sync=None):
+    """Mean host time of one call over a batch. `sync` runs after it, then a
+    short rest (both untimed): a stream's queue thread polls for work for
+    50 us after its last item, and on 2 cores that poll would slow the next
+    batch, a CPU one included."""
+    start = time.perf_counter_ns()
+    for _ in range(batch):
+        fn()
+    elapsed = (time.perf_counter_ns() - start) / batch
+    if sync is not None:
+        sync()
+    time.sleep(SETTLE_S)
+    return elapsed
+
+
+def median_ns_side_by_side(cases, repeats=REPEATS, batch=BATCH):
+    """Median per-call host time of each (fn, sync) case, the cases taking
+    turns batch by batch: a noisy spell of the shared 2-core host then slows
+    both sides of the ratio, not the one that happened to run during it."""
+    samples = [[] for _ in cases]
     for _ in range(repeats // batch):
-        start = time.perf_counter_ns()
-        for _ in range(batch):
-            fn()
-        samples.append((time.perf_counter_ns() - start) / batch)
-        if sync is not None:
-            sync()
-    return statistics.median(samples)
+        for i, (fn, sync) in enumerate(cases):
+            samples[i].append(batch_ns(fn, batch, sync))
+    return [statistics.median(s) for s in samples]
 
 
 def main():
@@ -56,14 +71,16 @@ def main():
         a_cpu + b_cpu
     torch.spyre.synchronize()
 
-    cpu_ns = median_ns(lambda: a_cpu + b_cpu)
-    spyre_ns = median_ns(lambda: a + b, sync=torch.spyre.synchronize)
+    cpu_ns, spyre_ns = median_ns_side_by_side(
+        [(lambda: a_cpu + b_cpu, None),
+         (lambda: a + b, torch.spyre.synchronize)])
 
     def add_and_wait():
         a + b
         torch.spyre.synchronize()
 
-    spyre_sync_ns = median_ns(add_and_wait, repeats=400, batch=20)
+    (spyre_sync_ns,) = median_ns_side_by_side([(add_and_wait, None)],
+                                              repeats=400, batch=20)
     stats = torch.spyre.op_stats()
     fallbacks = torch.spyre.fallback_stats()
     torch.spyre.synchronize()
