@@ -325,10 +325,11 @@ void walk_sticks(const StickGrid& grid, int64_t first, int64_t last,
 // kTileSticks sticks of each of up to kTileRuns consecutive runs before the
 // next kTileSticks. Runs of the default layout walk the rows of one column
 // block, so consecutive sticks of a run are a host row apart, and copying
-// run after run touched a new host page with every 128-byte stick (a TLB
-// miss each: ~2x the time of a memcpy for a [8192, 4096] fp16 copy). A tile
+// run after run touches a new host page with every 128-byte stick; a tile
 // reads kTileSticks whole rows of the host image and writes kTileSticks
-// consecutive sticks per run. Calls visit(run, i) for stick i of `run`.
+// consecutive sticks per run, so few pages are in use at a time (64 MiB
+// host->device with streaming stores: 9.3-11.7 ms tiled, 11.1-12.8 ms run
+// by run, on the noisy 2-core VM). Calls visit(run, i) for stick i of `run`.
 template <typename Visit>
 void walk_sticks_tiled(const StickGrid& grid, int64_t first, int64_t last,
                        Visit&& visit) {
@@ -392,9 +393,10 @@ void with_element_size(size_t es, F&& f) {
 // the device buffer. x86: non-temporal stores, as a large memcpy does: a
 // copy writes each destination line once, so caching it would cost a read
 // of the line first (a third stream of memory traffic) and evict the source
-// being read (measured on a [8192, 4096] fp16 copy: 12-13 ms -> 10 ms, a
-// memcpy 6-7 ms). pack_range and unpack_range end with finish_whole_sticks(),
-// the fence these stores need before another thread reads the data.
+// being read (a [8192, 4096] fp16 copy host->device: 11-13 ms -> 9-11 ms,
+// a memcpy 6-7 ms; device->host stays ~12 ms either way). pack_range and
+// unpack_range end with finish_whole_sticks(), the fence these stores need
+// before another thread reads the data.
 void copy_whole_stick(uint8_t* out, const uint8_t* image) {
 #if defined(__SSE2__)
   if (reinterpret_cast<uintptr_t>(out) % sizeof(__m128i) == 0) {
