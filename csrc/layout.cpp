@@ -321,38 +321,39 @@ void walk_sticks(const StickGrid& grid, int64_t first, int64_t last,
   cover(cover, 0, first, last);
 }
 
-// The sticks of [first, last) as walk_sticks gives them, but in tiles:
-// kTileSticks sticks of each of up to kTileRuns consecutive runs before the
-// next kTileSticks. Runs of the default layout walk the rows of one column
-// block, so consecutive sticks of a run are a host row apart, and copying
-// run after run touches a new host page with every 128-byte stick; a tile
-// reads kTileSticks whole rows of the host image and writes kTileSticks
-// consecutive sticks per run, so few pages are in use at a time (64 MiB
-// host->device with streaming stores: 9.3-11.7 ms tiled, 11.1-12.8 ms run
-// by run, on the noisy 2-core VM). Calls visit(run, i) for stick i of `run`.
+// The sticks of [first, last) as walk_sticks gives them, but up to kRuns
+// runs at a time taking turns: `turn` sticks of each run, then the next
+// `turn` of each. Runs of the default layout walk the rows of one column
+// block, so the sticks of a run are a host row apart; turns of one stick
+// visit whole host rows in order. Which order is fastest depends on which
+// side is read (64 MiB [8192, 4096] fp16 on the 2-core VM, streaming stores
+// on the written side, memcpy 6-7 ms): reading the host image row by row
+// (turn 1) packs in 6.4-11 ms against 9.3-12 ms in turns of 32 sticks;
+// unpacking must read the device buffer in long stretches instead (turn 1:
+// 24-35 ms, turns of 8 sticks: 14-15 ms, of 32 or whole runs: ~12 ms).
+// Calls visit(run, i) for stick i of `run`.
 template <typename Visit>
-void walk_sticks_tiled(const StickGrid& grid, int64_t first, int64_t last,
-                       Visit&& visit) {
-  constexpr size_t kTileRuns = 64;
-  constexpr int64_t kTileSticks = 32;
+void walk_sticks_in_turns(const StickGrid& grid, int64_t first, int64_t last,
+                          int64_t turn, Visit&& visit) {
+  constexpr size_t kRuns = 64;
   std::vector<StickRun> runs;
-  runs.reserve(kTileRuns);
-  auto visit_tiles = [&] {
+  runs.reserve(kRuns);
+  auto visit_runs = [&] {
     int64_t longest = 0;
     for (const StickRun& run : runs) longest = std::max(longest, run.count);
-    for (int64_t tile = 0; tile < longest; tile += kTileSticks) {
+    for (int64_t from = 0; from < longest; from += turn) {
       for (const StickRun& run : runs) {
-        const int64_t end = std::min(run.count, tile + kTileSticks);
-        for (int64_t i = tile; i < end; ++i) visit(run, i);
+        const int64_t to = std::min(run.count, from + turn);
+        for (int64_t i = from; i < to; ++i) visit(run, i);
       }
     }
     runs.clear();
   };
   walk_sticks(grid, first, last, [&](const StickRun& run) {
     runs.push_back(run);
-    if (runs.size() == kTileRuns) visit_tiles();
+    if (runs.size() == kRuns) visit_runs();
   });
-  visit_tiles();
+  visit_runs();
 }
 
 // One stick's elements between the host image and the device buffer, one
@@ -621,21 +622,23 @@ void pack_range(const DeviceLayout& layout, const uint8_t* image,
   const size_t es = layout.element_size;
   const uint64_t first = begin / kStickBytes;
   const uint64_t last = (end + kStickBytes - 1) / kStickBytes;
-  walk_sticks_tiled(grid, first, last, [&](const StickRun& run, int64_t i) {
-    const auto at =
-        static_cast<uint64_t>((run.stick + i * run.stick_step) * kStickBytes);
-    const uint8_t* from = image + (run.host + i * run.host_step) * es;
-    if (at >= begin && at + kStickBytes <= end) {
-      pack_stick(out + (at - begin), from, run.stride, run.valid, es);
-      return;
-    }
-    // A stick cut by the range: pack it whole, keep the part inside.
-    uint8_t whole[kStickBytes];
-    pack_stick(whole, from, run.stride, run.valid, es);
-    const uint64_t lo = std::max(at, begin);
-    const uint64_t hi = std::min<uint64_t>(at + kStickBytes, end);
-    std::memcpy(out + (lo - begin), whole + (lo - at), hi - lo);
-  });
+  constexpr int64_t kHostRowsInOrder = 1;
+  walk_sticks_in_turns(
+      grid, first, last, kHostRowsInOrder, [&](const StickRun& run, int64_t i) {
+        const auto at = static_cast<uint64_t>((run.stick + i * run.stick_step) *
+                                              kStickBytes);
+        const uint8_t* from = image + (run.host + i * run.host_step) * es;
+        if (at >= begin && at + kStickBytes <= end) {
+          pack_stick(out + (at - begin), from, run.stride, run.valid, es);
+          return;
+        }
+        // A stick cut by the range: pack it whole, keep the part inside.
+        uint8_t whole[kStickBytes];
+        pack_stick(whole, from, run.stride, run.valid, es);
+        const uint64_t lo = std::max(at, begin);
+        const uint64_t hi = std::min<uint64_t>(at + kStickBytes, end);
+        std::memcpy(out + (lo - begin), whole + (lo - at), hi - lo);
+      });
   finish_whole_sticks();
 }
 
@@ -647,21 +650,23 @@ void unpack_range(const DeviceLayout& layout, const uint8_t* in, uint64_t begin,
   const size_t es = layout.element_size;
   const uint64_t first = begin / kStickBytes;
   const uint64_t last = (end + kStickBytes - 1) / kStickBytes;
-  walk_sticks_tiled(grid, first, last, [&](const StickRun& run, int64_t i) {
-    const auto at =
-        static_cast<uint64_t>((run.stick + i * run.stick_step) * kStickBytes);
-    uint8_t* to = image + (run.host + i * run.host_step) * es;
-    if (at >= begin && at + kStickBytes <= end) {
-      unpack_stick(to, in + (at - begin), run.stride, run.valid, es);
-      return;
-    }
-    // A stick cut by the range: only its bytes inside, byte by byte (an
-    // element may be cut too).
-    for (uint64_t b = 0; b < run.valid * es; ++b) {
-      if (at + b < begin || at + b >= end) continue;
-      to[(b / es) * run.stride * es + b % es] = in[at + b - begin];
-    }
-  });
+  constexpr int64_t kDeviceStretch = 32;
+  walk_sticks_in_turns(
+      grid, first, last, kDeviceStretch, [&](const StickRun& run, int64_t i) {
+        const auto at = static_cast<uint64_t>((run.stick + i * run.stick_step) *
+                                              kStickBytes);
+        uint8_t* to = image + (run.host + i * run.host_step) * es;
+        if (at >= begin && at + kStickBytes <= end) {
+          unpack_stick(to, in + (at - begin), run.stride, run.valid, es);
+          return;
+        }
+        // A stick cut by the range: only its bytes inside, byte by byte (an
+        // element may be cut too).
+        for (uint64_t b = 0; b < run.valid * es; ++b) {
+          if (at + b < begin || at + b >= end) continue;
+          to[(b / es) * run.stride * es + b % es] = in[at + b - begin];
+        }
+      });
   finish_whole_sticks();
 }
 
