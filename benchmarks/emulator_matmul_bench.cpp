@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "kernels/matmul.h"
+#include "spyre/kernels/matmul.h"
 #include "spyre/runtime/half.h"
 #include "spyre/runtime/patcher.h"
 #include "spyre/runtime/runtime.h"

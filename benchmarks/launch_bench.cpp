@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "kernels/program_builder.h"
+#include "spyre/kernels/program_builder.h"
 #include "spyre/runtime/patcher.h"
 #include "spyre/runtime/runtime.h"
 

@@ -2,7 +2,7 @@
 // (plan_matmul's cost model: core grid and tiles chosen together, broadcast
 // reads, B^T tiles transposed on chip, output chunks stored under the next
 // tile's compute) against this backend's own naive lowering
-// (MatmulLowering::kNaive, documented in csrc/kernels/matmul.h: rows split
+// (MatmulLowering::kNaive, documented in spyre/kernels/matmul.h: rows split
 // evenly over the 32 cores, a fixed 64x64x64 tile, private reads, a
 // transposed B handed to the matrix unit as a strided view, whole-tile
 // stores). Both programs run on the emulator in one process; the figure is
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "kernels/matmul.h"
+#include "spyre/kernels/matmul.h"
 #include "spyre/runtime/half.h"
 #include "spyre/runtime/patcher.h"
 #include "spyre/runtime/runtime.h"

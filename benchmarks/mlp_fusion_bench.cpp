@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "kernels/mlp.h"
+#include "spyre/kernels/mlp.h"
 #include "spyre/runtime/half.h"
 #include "spyre/runtime/patcher.h"
 #include "spyre/runtime/runtime.h"

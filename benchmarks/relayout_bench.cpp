@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "kernels/relayout.h"
+#include "spyre/kernels/relayout.h"
 #include "spyre/runtime/patcher.h"
 #include "spyre/runtime/runtime.h"
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "kernels/softmax.h"
+#include "spyre/kernels/softmax.h"
 #include "spyre/runtime/patcher.h"
 #include "spyre/runtime/runtime.h"
 

@@ -9,7 +9,7 @@
 
 #include <memory>
 
-#include "layout.h"
+#include "device_layout.h"
 #include "spyre/runtime/device.h"
 
 namespace spyre::torch_glue {

@@ -5,7 +5,7 @@
 
 #include <optional>
 
-#include "layout.h"
+#include "device_layout.h"
 
 namespace spyre::torch_glue {
 

@@ -18,10 +18,10 @@
 
 #include "allocator.h"
 #include "device_state.h"
-#include "kernels/matmul.h"
-#include "kernels/mlp.h"
-#include "kernels/program_builder.h"
 #include "ops/launch.h"
+#include "spyre/kernels/matmul.h"
+#include "spyre/kernels/mlp.h"
+#include "spyre/kernels/program_builder.h"
 #include "spyre/runtime/error.h"
 #include "spyre/runtime/patcher.h"
 #include "spyre/runtime/program.h"

@@ -10,7 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "layout.h"
+#include "device_layout.h"
 
 namespace spyre::torch_glue {
 

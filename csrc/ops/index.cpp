@@ -10,9 +10,9 @@
 #include <ATen/ops/index_select_ops.h>
 #include <torch/library.h>
 
-#include "kernels/gather.h"
 #include "ops/launch.h"
 #include "ops/matrix_operand.h"
+#include "spyre/kernels/gather.h"
 
 namespace spyre::torch_glue::ops {
 namespace {

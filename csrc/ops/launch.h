@@ -52,8 +52,8 @@
 #include <optional>
 #include <string>
 
-#include "kernels/elementwise.h"
-#include "layout.h"
+#include "device_layout.h"
+#include "spyre/kernels/elementwise.h"
 #include "spyre/runtime/patcher.h"
 
 namespace spyre::torch_glue {

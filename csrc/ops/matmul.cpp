@@ -9,7 +9,7 @@
 // linear and matmul are composite in PyTorch; registering them for the
 // device keeps their N-d operands whole. Where autograd must record the
 // graph (grad mode on, an input requiring grad) the composite runs instead.
-#include "kernels/matmul.h"
+#include "spyre/kernels/matmul.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/grad_mode.h>
@@ -26,9 +26,9 @@
 
 #include <optional>
 
-#include "kernels/program_builder.h"
 #include "ops/launch.h"
 #include "ops/matrix_operand.h"
+#include "spyre/kernels/program_builder.h"
 
 namespace spyre::torch_glue::ops {
 namespace {

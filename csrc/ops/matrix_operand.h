@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/matrix.h"
+#include "spyre/kernels/matrix.h"
 
 namespace spyre::torch_glue::ops {
 

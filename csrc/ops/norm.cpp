@@ -4,7 +4,7 @@
 // _fused_rms_norm on its own devices; both are registered). Normalised over
 // the last dims: several are flattened into one (a materialized reshape).
 // fp16, bf16 and fp32; statistics in the input's dtype as on the CPU.
-#include "kernels/norm.h"
+#include "spyre/kernels/norm.h"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/native/CPUFallback.h>

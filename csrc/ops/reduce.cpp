@@ -6,7 +6,7 @@
 // var/std: two passes (mean, then the mean of squared deviations) in fp32.
 // Floating dtypes (fp16, bf16, fp32) run on the device; others go to the
 // counted CPU fallback.
-#include "kernels/reduce.h"
+#include "spyre/kernels/reduce.h"
 
 #include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/native/CPUFallback.h>
@@ -26,9 +26,9 @@
 #include <algorithm>
 #include <limits>
 
-#include "kernels/program_builder.h"
 #include "ops/launch.h"
 #include "ops/matrix_operand.h"
+#include "spyre/kernels/program_builder.h"
 
 namespace spyre::torch_glue::ops {
 namespace {

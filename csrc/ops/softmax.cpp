@@ -2,7 +2,7 @@
 // last dim, all leading dims as rows of one launch. Along another dim the
 // same math runs as device ops in fp32 (amax, subtract, exp, sum, divide or
 // log) and is rounded once at the end.
-#include "kernels/softmax.h"
+#include "spyre/kernels/softmax.h"
 
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/CPUFallback.h>

@@ -1,13 +1,13 @@
-// The kernel library's program builders (csrc/kernels) run end to end on
+// The kernel library's program builders (kernels/) run end to end on
 // the emulator device and match double-precision references.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
-#include "kernels/matmul.h"
-#include "kernels/softmax.h"
 #include "sim_test_util.h"
+#include "spyre/kernels/matmul.h"
+#include "spyre/kernels/softmax.h"
 #include "spyre/runtime/half.h"
 
 namespace spyre::sim::test {

@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include "kernels/matmul.h"
 #include "sim_test_util.h"
+#include "spyre/kernels/matmul.h"
 #include "spyre/runtime/half.h"
 
 namespace spyre::sim::test {

@@ -434,7 +434,7 @@ def _merged_stick_layout(layout: BufferLayout, size, stride) -> Optional[tuple]:
 @dataclasses.dataclass
 class OperandMatrix:
     """A view [batch..., R, C] of a buffer as the kernel library's strided
-    Matrix (see csrc/kernels/matrix.h); `transposed` when the view's rows
+    Matrix (see spyre/kernels/matrix.h); `transposed` when the view's rows
     run along the sticks (the matrix stored is the view's transpose)."""
     buffer: str
     layout: BufferLayout

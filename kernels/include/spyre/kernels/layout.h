@@ -1,0 +1,75 @@
+// The stick-layout rule: device layouts of tensor storage (torch-free).
+//
+// A storage holds `host_sizes` elements, seen by PyTorch as a flat row-major
+// array (the "host image"). On the device they are kept in the stick layout
+// `device_size` (row-major on the device); `dim_map[k]` says which host
+// dimension device dimension k walks, `dim_step[k]` by how many host
+// coordinates one step moves, and `stride_map[k]` the resulting host-element
+// stride (-1 for a synthetic dimension that walks no host dimension). The
+// last device dimension is always the stick: elements_per_stick() elements of
+// the stick host dimension, step 1. Sticks are padded with zeros; padding is
+// never part of the host image.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace spyre::kernels {
+
+struct DeviceLayout {
+  std::vector<int64_t> host_sizes;
+  uint32_t element_size = 1;
+  std::vector<int64_t> device_size;
+  std::vector<int64_t> dim_map;
+  std::vector<int64_t> dim_step;
+  std::vector<int64_t> stride_map;
+
+  int64_t elements_per_stick() const;
+  int64_t host_elements() const;
+  uint64_t host_bytes() const;
+  uint64_t device_bytes() const;
+  // Same element places: equal device_size, stride_map, steps, element size
+  // and host sizes apart from size-1 dims.
+  bool same_placement(const DeviceLayout& other) const;
+  std::vector<int64_t> squeezed_host_sizes() const;  // without size-1 dims
+  std::string to_string() const;
+};
+
+// The default layout (its host_sizes are `host_sizes` without size-1 dims,
+// or [1]): with E = elements per stick and size-1 dims dropped,
+// sizes [d0..dn-1] map to [d1, ..., dn-2, ceil(dn-1 / E), d0, E]; one
+// dimension to [ceil(d0 / E), E]; none to one synthetic stick [1, E].
+// `stick_dim` (a host dimension, negative counts from the end) picks another
+// dimension to run along the sticks; it keeps its place and the first
+// remaining dimension is tiled as above.
+DeviceLayout make_default_layout(std::span<const int64_t> host_sizes,
+                                 uint32_t element_size, int64_t stick_dim = -1);
+
+// A layout from explicit parts; checks that every host element has exactly
+// one device place and that the last device dimension is a whole stick.
+// Throws std::invalid_argument naming what is wrong.
+DeviceLayout make_layout(std::vector<int64_t> host_sizes, uint32_t element_size,
+                         std::vector<int64_t> device_size,
+                         std::vector<int64_t> dim_map,
+                         std::vector<int64_t> dim_step);
+
+// Bytes [begin, end) of the device buffer (device_bytes() in all) from the
+// host image (host_bytes()), into out[0, end - begin), padding zero; writes
+// every byte of it. Any range works, even one that starts or ends inside a
+// stick or an element, so a copy can convert its image piece by piece
+// straight into the memory it copies to. Throws std::invalid_argument for a
+// range outside the device buffer.
+void pack_range(const DeviceLayout& layout, const uint8_t* image,
+                uint64_t begin, uint64_t end, uint8_t* out);
+// The inverse: in[0, end - begin), bytes [begin, end) of the device buffer,
+// into the host image; padding is skipped; writes exactly the host bytes
+// those device bytes hold.
+void unpack_range(const DeviceLayout& layout, const uint8_t* in, uint64_t begin,
+                  uint64_t end, uint8_t* image);
+// The whole buffer: pack_range / unpack_range over [0, device_bytes()).
+void pack(const DeviceLayout& layout, const uint8_t* image, uint8_t* device);
+void unpack(const DeviceLayout& layout, const uint8_t* device, uint8_t* image);
+
+}  // namespace spyre::kernels

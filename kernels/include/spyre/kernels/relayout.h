@@ -1,0 +1,94 @@
+// Re-layout (restickify) of a 2-D tensor: change which dimension is the
+// stick. X [rows, cols] stored with cols along sticks becomes the same data
+// with rows along sticks, i.e. X^T [cols, rows] in a stick layout.
+//
+// On chip the tensor is spread over the cores. Before: core i holds row
+// block i of X (rows [r0_i, r0_i + br_i), every column) stick-major: stick
+// s of its rows is br_i x 128 contiguous bytes. After: core j holds row
+// block j of X^T (columns [c0_j, c0_j + bc_j) of X), row-major, each row
+// padded to whole sticks. Every core needs a piece from every other core.
+//
+// Two paths move the pieces:
+// - kRing: core to core. Core i sends each stick of piece (i, j) to core j
+//   over the ring (contiguous, no copy); core j gathers them stick-major and
+//   transposes each group of received rows on its vector unit while later
+//   pieces are still arriving.
+// - kDeviceMemory: each core stores its block to a device-memory scratch
+//   tensor, all cores synchronise (ring tokens), each loads its columns back
+//   and transposes them: the round trip through DRAM.
+// Both leave identical bytes in the destination blocks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "spyre/kernels/matrix.h"
+#include "spyre/kernels/program_builder.h"
+#include "spyre/runtime/program.h"
+
+namespace spyre::kernels {
+
+enum class RelayoutPath : uint8_t {
+  kRing,
+  kDeviceMemory,
+  // No re-layout at all: load and store only, a timing baseline (the
+  // output then does not hold X^T).
+  kNone,
+};
+const char* relayout_path_name(RelayoutPath path);
+
+// Where the blocks live, per core (cores [0, cores)). Built by
+// plan_relayout; a program that already holds X on chip in this placement
+// calls emit_relayout directly.
+struct RelayoutPlacement {
+  uint64_t rows = 0, cols = 0;  // X
+  rt::DType dtype = rt::DType::kFloat16;
+  uint32_t cores = 0;
+  Split row_blocks, col_blocks;  // br_i, bc_j: stick multiples, last ragged
+  uint32_t src = 0;      // stick-major X row block: sticks(cols) x br x 128
+  uint32_t dst = 0;      // row-major X^T row block: bc x padded(rows)
+  uint32_t staging = 0;  // stick-major X column block: sticks(bc) x rows
+  uint32_t dst_pitch = 0;
+  uint64_t src_bytes() const;
+  uint64_t dst_bytes() const;
+  uint64_t staging_bytes() const;
+};
+
+struct RelayoutOptions {
+  uint32_t max_cores = 32;
+  RelayoutPath path = RelayoutPath::kRing;
+  // All cores finish loading X before any starts the re-layout (ring
+  // tokens), so the re-layout can be timed on its own: the time of a
+  // program minus that of the kNone program with the same barrier.
+  bool barrier_after_load = false;
+  uint32_t scratchpad_bytes = 2u << 20;
+  uint32_t scratchpad_reserve = 64u << 10;
+};
+
+// Reserves the placement's buffers on cores [0, cores) of `builder`, at
+// the same offsets on every core. Throws KernelBuildError when they do not
+// fit.
+RelayoutPlacement plan_relayout(ProgramBuilder& builder, uint64_t rows,
+                                uint64_t cols, rt::DType dtype,
+                                const RelayoutOptions& options);
+
+// Emits the re-layout itself: src blocks -> dst blocks on every core.
+// kDeviceMemory uses argument slot `scratch_slot` of at least
+// relayout_scratch_bytes() bytes.
+void emit_relayout(ProgramBuilder& builder, const RelayoutPlacement& place,
+                   RelayoutPath path, uint32_t scratch_slot);
+uint64_t relayout_scratch_bytes(uint64_t rows, uint64_t cols, rt::DType dtype);
+
+// Every core waits until every other core has reached this point (a
+// dissemination barrier of ring tokens, log2(cores) rounds). Orders device
+// memory between cores too (program.h).
+void emit_barrier(ProgramBuilder& builder, uint32_t cores);
+
+// A whole program: load X from `in` into the placement, re-layout, store
+// the X^T blocks to `out`. `in` is rows x cols; `out` is cols x rows; any
+// stick layouts (Matrix), same dtype, no batch dims.
+// Slots: 0 = in, 1 = out (output), 2 = scratch (kDeviceMemory only).
+rt::Program build_restickify(const Matrix& in, const Matrix& out,
+                             const RelayoutOptions& options);
+
+}  // namespace spyre::kernels

@@ -1,0 +1,41 @@
+// Softmax (and log-softmax) along the last dimension of a matrix, rows split
+// across cores. Computed as PyTorch's CPU kernel does for 16-bit inputs: in
+// fp32, with one rounding at the end.
+#pragma once
+
+#include <cstdint>
+
+#include "spyre/kernels/matrix.h"
+#include "spyre/runtime/program.h"
+
+namespace spyre::kernels {
+
+enum class SoftmaxSchedule : uint8_t {
+  // Row tiles stream through the scratchpad, double-buffered; row maxima
+  // and sums stay in the scratchpad.
+  kStreamed,
+  // The naive lowering: each reduction result (row max, row sum) is written
+  // to device memory and read back before the next step, as separate kernels
+  // would. Needs a third argument slot of stats_bytes().
+  kStatsThroughDram,
+  // The core's whole input is cloned into the scratchpad first, the output is
+  // computed in place there and stored once.
+  kResident,
+};
+
+struct SoftmaxOptions {
+  uint32_t max_cores = 32;
+  SoftmaxSchedule schedule = SoftmaxSchedule::kStreamed;
+  bool log = false;
+  uint32_t scratchpad_bytes = 2u << 20;
+  uint32_t scratchpad_reserve = 64u << 10;
+};
+
+// Device bytes of the stats argument kStatsThroughDram needs.
+uint64_t softmax_stats_bytes(const Matrix& in, const SoftmaxOptions& options);
+
+// Slots: 0 = input, 1 = output (same shape), 2 = stats (kStatsThroughDram).
+rt::Program build_softmax(const Matrix& in, const Matrix& out,
+                          const SoftmaxOptions& options);
+
+}  // namespace spyre::kernels

@@ -1,0 +1,437 @@
+#include "spyre/kernels/relayout.h"
+
+#include <algorithm>
+
+#include "spyre/runtime/error.h"
+
+namespace spyre::kernels {
+namespace {
+
+constexpr uint64_t kStick = rt::kStickBytes;
+// Received pieces are transposed in groups spanning this many bytes of a
+// dst row: the vector unit then runs full-width rows (its 512 bytes a cycle
+// in the timing table), and only one group is left to transpose after the
+// final piece arrives.
+constexpr uint64_t kBytesPerTransposeRow = 512;
+// Ring figures of the timing table (sim-timing-2), used only to order each
+// core's ring instructions: ~12 cycles a hop, 128 bytes a cycle, ~8 cycles
+// to start a send.
+constexpr uint64_t kHopCycles = 12;
+constexpr uint64_t kSendFixedCycles = 8;
+constexpr uint64_t kRingBytesPerCycle = 128;
+// A receive waits in the core's ring queue, holding up its later sends, so
+// it goes in this long after its piece would land if every core left the
+// barrier together: they leave up to ~180 cycles apart on 32 cores. 150 was
+// the best of 0..300 measured on relayout_bench (sim-timing-2).
+constexpr uint64_t kReceiveMarginCycles = 150;
+
+uint64_t ring_distance(uint32_t a, uint32_t b, uint32_t cores) {
+  const uint32_t d = a > b ? a - b : b - a;
+  return std::min(d, cores - d);
+}
+
+uint32_t u32(uint64_t v) { return static_cast<uint32_t>(v); }
+
+uint64_t sticks(uint64_t n, rt::DType t) {
+  return ceil_div(n, rt::elements_per_stick(t));
+}
+
+// Transposes rows [a, b) of X, stick s of core j's column block, from the
+// stick-major `from` (rows of X 128 bytes apart, `from` = element (a, 0))
+// into the dst block at rows s * E.., columns a...
+void emit_transpose(CoreBuilder& core, const RelayoutPlacement& p, uint32_t j,
+                    uint64_t s, uint32_t from, uint64_t a, uint64_t b) {
+  const uint64_t e = rt::elements_per_stick(p.dtype);
+  const uint64_t cols_in_stick = std::min(e, p.col_blocks.size(j) - s * e);
+  const int32_t es = static_cast<int32_t>(rt::element_size(p.dtype));
+  const rt::Tile src{from, p.dtype, static_cast<int32_t>(kStick), es};
+  const rt::Tile dst{u32(p.dst + s * e * p.dst_pitch + a * es), p.dtype,
+                     static_cast<int32_t>(p.dst_pitch), es};
+  core.emit(vec(rt::VecOp::kCopy, dst, transposed(src), u32(cols_in_stick),
+                u32(b - a)));
+}
+
+// The padding after column `rows` of every dst row is zeroed so both paths
+// (and every launch) store identical bytes.
+void emit_zero_padding(CoreBuilder& core, const RelayoutPlacement& p,
+                       uint32_t j) {
+  const uint64_t padded = p.dst_pitch / rt::element_size(p.dtype);
+  if (padded == p.rows || p.col_blocks.size(j) == 0) return;
+  const int32_t es = static_cast<int32_t>(rt::element_size(p.dtype));
+  rt::Vector v;
+  v.op = rt::VecOp::kFill;
+  v.dst = {u32(p.dst + p.rows * es), p.dtype, static_cast<int32_t>(p.dst_pitch),
+           es};
+  v.rows = u32(p.col_blocks.size(j));
+  v.cols = u32(padded - p.rows);
+  v.imm = 0;
+  core.emit(v);
+}
+
+// Copies core i's own piece (stick s of its column block, its rows) from
+// src into the staging area, where received pieces also land.
+void emit_own_piece(CoreBuilder& core, const RelayoutPlacement& p, uint32_t i,
+                    uint64_t s) {
+  const uint64_t e = rt::elements_per_stick(p.dtype);
+  const uint64_t br = p.row_blocks.size(i);
+  const uint64_t stick = p.col_blocks.begin(i) / e + s;
+  const int32_t es = static_cast<int32_t>(rt::element_size(p.dtype));
+  const int32_t row = static_cast<int32_t>(kStick);
+  core.emit(vec(rt::VecOp::kCopy,
+                {u32(p.staging + (s * p.rows + p.row_blocks.begin(i)) * kStick),
+                 p.dtype, row, es},
+                {u32(p.src + stick * br * kStick), p.dtype, row, es}, u32(br),
+                u32(e)));
+}
+
+// The exchange runs in steps: at step t core i sends its piece to core
+// i ^ t and receives core (i ^ t)'s piece (pairs over the next power of two
+// of the core count; a partner past the last core sits the step out).
+// Source cores of a receiver then arrive in aligned groups of `per_group`:
+// steps [g * per_group, (g + 1) * per_group) complete the group of cores
+// i ^ g * per_group, so each group is transposed at full vector width as
+// soon as its last piece lands. The receiver's own group comes first (its
+// own piece is already there), so the vector unit starts after
+// per_group - 1 pieces. (The order of the other groups measured within 1%
+// either way on relayout_bench.)
+std::vector<uint32_t> exchange_steps(uint32_t cores, uint32_t per_group) {
+  uint32_t span = 1;
+  while (span < cores) span *= 2;
+  std::vector<uint32_t> steps;
+  for (uint32_t t = 1; t < std::min(per_group, span); ++t) steps.push_back(t);
+  for (uint32_t g = 1; g < span / per_group; ++g) {
+    for (uint32_t t = g * per_group; t < (g + 1) * per_group; ++t) {
+      steps.push_back(t);
+    }
+  }
+  return steps;
+}
+
+void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
+  const uint32_t n = p.cores;
+  const uint64_t e = rt::elements_per_stick(p.dtype);
+  // channel[i][j] is the first of sticks(bc_j) channels for piece (i, j).
+  std::vector<std::vector<uint32_t>> channel(n, std::vector<uint32_t>(n));
+  for (uint32_t i = 0; i < n; ++i) {
+    for (uint32_t j = 0; j < n; ++j) {
+      channel[i][j] = builder.new_channel();
+      for (uint64_t s = 1; s < sticks(p.col_blocks.size(j), p.dtype); ++s) {
+        builder.new_channel();
+      }
+    }
+  }
+  // Source cores per transposed group: a power of two, so that groups are
+  // aligned to the exchange's xor steps.
+  uint32_t per_group = 1;
+  while (2 * per_group * std::max<uint64_t>(p.row_blocks.chunk(), 1) *
+             rt::element_size(p.dtype) <=
+         kBytesPerTransposeRow) {
+    per_group *= 2;
+  }
+  const std::vector<uint32_t> steps = exchange_steps(n, per_group);
+  const uint32_t groups = u32(ceil_div(n, per_group));
+  for (uint32_t i = 0; i < n; ++i) {
+    CoreBuilder& core = builder.core(i);
+    const uint64_t br = p.row_blocks.size(i);
+    const uint64_t bc = p.col_blocks.size(i);
+    const uint64_t my_sticks = sticks(bc, p.dtype);
+    emit_zero_padding(core, p, i);
+    // Pieces still missing per group of `per_group` source cores;
+    // a complete group's rows are transposed into dst at once.
+    std::vector<uint32_t> missing(groups, 0);
+    for (uint32_t k = 0; k < n; ++k) {
+      missing[k / per_group] += p.row_blocks.size(k) > 0;
+    }
+    auto arrived = [&](uint32_t k) {
+      const uint32_t g = k / per_group;
+      if (--missing[g] > 0) return;
+      const uint64_t a = p.row_blocks.begin(g * per_group);
+      const uint64_t b = p.row_blocks.begin(std::min(n, (g + 1) * per_group));
+      for (uint64_t s = 0; s < my_sticks; ++s) {
+        emit_transpose(core, p, i, s,
+                       u32(p.staging + (s * p.rows + a) * kStick), a, b);
+      }
+    };
+    if (br > 0 && bc > 0) {
+      for (uint64_t s = 0; s < my_sticks; ++s) emit_own_piece(core, p, i, s);
+      arrived(i);
+    }
+    // Sends in step order; each receive goes after the last send that
+    // starts before its piece is expected (the partner sends it in the
+    // same step), so a receive rarely holds up the core's next send.
+    struct Receive {
+      uint64_t ready;
+      uint32_t from;
+    };
+    std::vector<Receive> receives;
+    uint64_t clock = 0;
+    for (uint32_t t : steps) {
+      const uint32_t j = i ^ t;
+      if (j >= n) continue;
+      const uint64_t bcj = p.col_blocks.size(j);
+      const uint64_t brj = p.row_blocks.size(j);
+      uint64_t piece_cycles = 0;
+      if (br > 0 && bcj > 0) {
+        for (uint64_t s = 0; s < sticks(bcj, p.dtype); ++s) {
+          piece_cycles +=
+              kSendFixedCycles + ceil_div(br * kStick, kRingBytesPerCycle);
+        }
+      }
+      if (brj > 0 && bc > 0) {
+        const uint64_t theirs =
+            my_sticks *
+            (kSendFixedCycles + ceil_div(brj * kStick, kRingBytesPerCycle));
+        receives.push_back({clock + theirs +
+                                kHopCycles * ring_distance(i, j, n) +
+                                kReceiveMarginCycles,
+                            j});
+      }
+      clock += piece_cycles;
+    }
+    std::stable_sort(
+        receives.begin(), receives.end(),
+        [](const Receive& a, const Receive& b) { return a.ready < b.ready; });
+    size_t next_receive = 0;
+    auto receive_until = [&](uint64_t time) {
+      for (; next_receive < receives.size() &&
+             receives[next_receive].ready <= time;
+           ++next_receive) {
+        const uint32_t k = receives[next_receive].from;
+        for (uint64_t s = 0; s < my_sticks; ++s) {
+          core.emit(rt::RingRecv{
+              u32(channel[k][i] + s), k,
+              u32(p.staging + (s * p.rows + p.row_blocks.begin(k)) * kStick),
+              u32(p.row_blocks.size(k) * kStick)});
+        }
+        arrived(k);
+      }
+    };
+    clock = 0;
+    for (uint32_t t : steps) {
+      const uint32_t j = i ^ t;
+      if (j >= n) continue;
+      const uint64_t bcj = p.col_blocks.size(j);
+      if (br == 0 || bcj == 0) continue;
+      for (uint64_t s = 0; s < sticks(bcj, p.dtype); ++s) {
+        receive_until(clock);
+        const uint64_t stick = p.col_blocks.begin(j) / e + s;
+        core.emit(rt::RingSend{u32(channel[i][j] + s), j,
+                               u32(p.src + stick * br * kStick),
+                               u32(br * kStick)});
+        clock += kSendFixedCycles + ceil_div(br * kStick, kRingBytesPerCycle);
+      }
+    }
+    receive_until(~uint64_t{0});
+  }
+}
+
+void emit_through_dram(ProgramBuilder& builder, const RelayoutPlacement& p,
+                       uint32_t scratch_slot) {
+  const uint64_t e = rt::elements_per_stick(p.dtype);
+  const uint64_t all_sticks = sticks(p.cols, p.dtype);
+  // Scratch: X stick-major, [sticks(cols)][rows][128 B].
+  for (uint32_t i = 0; i < p.cores; ++i) {
+    const uint64_t br = p.row_blocks.size(i);
+    if (br == 0) continue;
+    rt::StickTransfer x;
+    x.dram = {scratch_slot, p.row_blocks.begin(i) * kStick};
+    x.spad = p.src;
+    x.run_bytes = u32(br * kStick);
+    x.count1 = u32(all_sticks);
+    x.dram_stride1 = static_cast<int64_t>(p.rows * kStick);
+    x.spad_stride1 = u32(br * kStick);
+    builder.core(i).store({x});
+  }
+  emit_barrier(builder, p.cores);
+  for (uint32_t j = 0; j < p.cores; ++j) {
+    const uint64_t bc = p.col_blocks.size(j);
+    if (bc == 0) continue;
+    CoreBuilder& core = builder.core(j);
+    const uint64_t my_sticks = sticks(bc, p.dtype);
+    rt::StickTransfer x;
+    x.dram = {scratch_slot, p.col_blocks.begin(j) / e * p.rows * kStick};
+    x.spad = p.staging;
+    x.run_bytes = u32(my_sticks * p.rows * kStick);
+    core.load({x});
+    emit_zero_padding(core, p, j);
+    for (uint64_t s = 0; s < my_sticks; ++s) {
+      emit_transpose(core, p, j, s, u32(p.staging + s * p.rows * kStick), 0,
+                     p.rows);
+    }
+  }
+}
+
+// X's row block of core i into its src buffer, stick-major.
+void emit_load_src(CoreBuilder& core, const Matrix& in,
+                   const RelayoutPlacement& p, uint32_t i) {
+  const uint64_t br = p.row_blocks.size(i), r0 = p.row_blocks.begin(i);
+  if (br == 0) return;
+  const uint64_t e = rt::elements_per_stick(p.dtype);
+  const uint64_t n = sticks(p.cols, p.dtype);
+  std::vector<rt::StickTransfer> xs =
+      in.tiles(0, r0, br, 0, p.cols, p.src, u32(kStick));
+  // One transfer that walks rows then sticks: point its stick step at the
+  // next stick-major block. Otherwise one transfer per stick.
+  if (xs.size() == 1 && xs[0].count2 == n && xs[0].run_bytes == kStick) {
+    xs[0].spad_stride2 = u32(br * kStick);
+    core.load(xs);
+    return;
+  }
+  for (uint64_t s = 0; s < n; ++s) {
+    core.load(in.tiles(0, r0, br, s * e, std::min(e, p.cols - s * e),
+                       u32(p.src + s * br * kStick), u32(kStick)));
+  }
+}
+
+void check_matrices(const Matrix& in, const Matrix& out) {
+  if (out.rows != in.cols || out.cols != in.rows) {
+    throw KernelBuildError(rt::str("restickify: out must be ", in.cols, "x",
+                                   in.rows, " (the transpose of in, ", in.rows,
+                                   "x", in.cols, "), not ", out.rows, "x",
+                                   out.cols));
+  }
+  if (in.dtype != out.dtype) {
+    throw KernelBuildError("restickify: in and out must share a dtype");
+  }
+  if (in.batch_count() != 1 || out.batch_count() != 1) {
+    throw KernelBuildError("restickify: batch dims are not supported");
+  }
+  if (in.rows == 0 || in.cols == 0) {
+    throw KernelBuildError("restickify of an empty matrix needs no program");
+  }
+}
+
+}  // namespace
+
+const char* relayout_path_name(RelayoutPath path) {
+  switch (path) {
+    case RelayoutPath::kRing:
+      return "ring";
+    case RelayoutPath::kDeviceMemory:
+      return "device_memory";
+    case RelayoutPath::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+uint64_t RelayoutPlacement::src_bytes() const {
+  return sticks(cols, dtype) * row_blocks.chunk() * kStick;
+}
+uint64_t RelayoutPlacement::dst_bytes() const {
+  return col_blocks.chunk() * padded_row_bytes(rows, dtype);
+}
+uint64_t RelayoutPlacement::staging_bytes() const {
+  return sticks(col_blocks.chunk(), dtype) * rows * kStick;
+}
+
+uint64_t relayout_scratch_bytes(uint64_t rows, uint64_t cols, rt::DType dtype) {
+  return sticks(cols, dtype) * rows * kStick;
+}
+
+RelayoutPlacement plan_relayout(ProgramBuilder& builder, uint64_t rows,
+                                uint64_t cols, rt::DType dtype,
+                                const RelayoutOptions& o) {
+  const uint64_t e = rt::elements_per_stick(dtype);
+  RelayoutPlacement p;
+  p.rows = rows;
+  p.cols = cols;
+  p.dtype = dtype;
+  const uint32_t cores = std::min(o.max_cores, builder.num_cores());
+  p.cores = std::max(Split{rows, cores, e}.used_parts(),
+                     Split{cols, cores, e}.used_parts());
+  p.row_blocks = Split{rows, p.cores, e};
+  p.col_blocks = Split{cols, p.cores, e};
+  p.dst_pitch = padded_row_bytes(rows, dtype);
+  const uint64_t need = p.src_bytes() + p.dst_bytes() + p.staging_bytes();
+  const uint64_t budget = o.scratchpad_bytes - o.scratchpad_reserve;
+  if (need > budget) {
+    throw KernelBuildError(rt::str("restickify of ", rows, "x", cols, " over ",
+                                   p.cores, " cores needs ", need,
+                                   " bytes of scratchpad per core (block, its "
+                                   "transpose and a staging area), over the ",
+                                   budget, " available; split the tensor"));
+  }
+  for (uint32_t i = 0; i < p.cores; ++i) {
+    CoreBuilder& core = builder.core(i);
+    const uint32_t src = core.reserve(u32(p.src_bytes()), "relayout src");
+    const uint32_t dst = core.reserve(u32(p.dst_bytes()), "relayout dst");
+    const uint32_t staging =
+        core.reserve(u32(p.staging_bytes()), "relayout staging");
+    if (i == 0) {
+      p.src = src;
+      p.dst = dst;
+      p.staging = staging;
+    } else if (src != p.src || dst != p.dst || staging != p.staging) {
+      throw KernelBuildError(
+          "restickify: the cores' scratchpads are allocated differently; plan "
+          "the re-layout before other per-core buffers");
+    }
+  }
+  return p;
+}
+
+void emit_barrier(ProgramBuilder& builder, uint32_t cores) {
+  // A dissemination barrier: in round r core i signals core i + 2^r and
+  // waits for core i - 2^r. After ceil(log2(cores)) rounds every core has
+  // heard, through a chain of tokens, from every other, and all leave within
+  // a few hop latencies of each other. Each core's ring engine runs its
+  // tokens in order, so the chains also order device memory (program.h).
+  for (uint32_t step = 1; step < cores; step *= 2) {
+    std::vector<uint32_t> channel(cores);
+    for (uint32_t& c : channel) c = builder.new_channel();
+    for (uint32_t i = 0; i < cores; ++i) {
+      CoreBuilder& core = builder.core(i);
+      core.emit(rt::RingSend{channel[i], (i + step) % cores, 0, 0});
+      const uint32_t from = (i + cores - step) % cores;
+      core.emit(rt::RingRecv{channel[from], from, 0, 0});
+    }
+  }
+}
+
+void emit_relayout(ProgramBuilder& builder, const RelayoutPlacement& place,
+                   RelayoutPath path, uint32_t scratch_slot) {
+  switch (path) {
+    case RelayoutPath::kRing:
+      emit_ring(builder, place);
+      return;
+    case RelayoutPath::kDeviceMemory:
+      emit_through_dram(builder, place, scratch_slot);
+      return;
+    case RelayoutPath::kNone:
+      return;
+  }
+}
+
+rt::Program build_restickify(const Matrix& in, const Matrix& out,
+                             const RelayoutOptions& o) {
+  check_matrices(in, out);
+  ProgramBuilder builder(rt::str("restickify_", in.rows, "x", in.cols, "_",
+                                 relayout_path_name(o.path)),
+                         o.max_cores,
+                         o.scratchpad_bytes - o.scratchpad_reserve);
+  builder.add_arg("in", in.dtype, in.bytes(), false);
+  builder.add_arg("out", out.dtype, out.bytes(), true);
+  uint32_t scratch = 0;
+  if (o.path == RelayoutPath::kDeviceMemory) {
+    scratch = builder.add_arg(
+        "scratch", in.dtype, relayout_scratch_bytes(in.rows, in.cols, in.dtype),
+        false);
+  }
+  const RelayoutPlacement p =
+      plan_relayout(builder, in.rows, in.cols, in.dtype, o);
+  for (uint32_t i = 0; i < p.cores; ++i) {
+    emit_load_src(builder.core(i), in, p, i);
+  }
+  if (o.barrier_after_load) emit_barrier(builder, p.cores);
+  emit_relayout(builder, p, o.path, scratch);
+  for (uint32_t j = 0; j < p.cores; ++j) {
+    const uint64_t bc = p.col_blocks.size(j);
+    if (bc == 0) continue;
+    builder.core(j).store(
+        out.tiles(1, p.col_blocks.begin(j), bc, 0, p.rows, p.dst, p.dst_pitch));
+  }
+  return std::move(builder).finish();
+}
+
+}  // namespace spyre::kernels

@@ -1,0 +1,169 @@
+// Restickify (spyre/kernels/relayout.h) on the emulator: X [rows, cols] with
+// cols along sticks to X^T [cols, rows] with rows along sticks, through the
+// ring and through device memory. Both paths must write exactly the same
+// bytes (padding included), and every element must be X's transpose.
+#include <gtest/gtest.h>
+
+#include "kernel_library_util.h"
+#include "spyre/kernels/relayout.h"
+
+namespace spyre::sim::test {
+namespace {
+
+using kernels::Matrix;
+using kernels::RelayoutOptions;
+using kernels::RelayoutPath;
+using rt::DType;
+
+struct Result {
+  Image out{0};
+  rt::LaunchStats stats;
+};
+
+Result run_path(const Matrix& in, const Matrix& out, const Image& input,
+                RelayoutPath path, uint32_t max_cores, bool barrier = false) {
+  RelayoutOptions o;
+  o.path = path;
+  o.max_cores = max_cores;
+  o.barrier_after_load = barrier;
+  const rt::Program program = kernels::build_restickify(in, out, o);
+  auto device = small_device();
+  std::vector<Image> images = {input, Image(out.bytes())};
+  if (path == RelayoutPath::kDeviceMemory) {
+    images.emplace_back(
+        kernels::relayout_scratch_bytes(in.rows, in.cols, in.dtype));
+  }
+  Result r;
+  r.stats = run_images(*device, program, images);
+  r.out = images[1];
+  return r;
+}
+
+void check_restickify(const Matrix& in, const Matrix& out,
+                      uint32_t max_cores = 32) {
+  std::mt19937 rng(3);
+  Image input(in.bytes());
+  input.fill(in, rng, -100, 100);
+  Result ring = run_path(in, out, input, RelayoutPath::kRing, max_cores);
+  const Result dram =
+      run_path(in, out, input, RelayoutPath::kDeviceMemory, max_cores);
+  ASSERT_EQ(ring.out.bytes.size(), dram.out.bytes.size());
+  EXPECT_TRUE(ring.out.bytes == dram.out.bytes)
+      << "ring and device-memory paths wrote different bytes";
+  Image& got = ring.out;
+  for (uint64_t r = 0; r < in.rows; ++r) {
+    for (uint64_t c = 0; c < in.cols; ++c) {
+      ASSERT_EQ(got.get(out, 0, c, r), input.get(in, 0, r, c))
+          << "X^T[" << c << ", " << r << "]";
+    }
+  }
+  if (max_cores > 1) {
+    EXPECT_GT(ring.stats.ring_bytes, 0u);
+  }
+}
+
+class Restickify : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Restickify, SquareOverAllCores) {
+  const DType t = GetParam();
+  const uint64_t e = rt::elements_per_stick(t);
+  check_restickify(Matrix::stick_columns(32 * e, 32 * e, t),
+                   Matrix::stick_columns(32 * e, 32 * e, t));
+}
+
+TEST_P(Restickify, RaggedRowMajorIn) {
+  // Neither side a multiple of the stick: ragged blocks and padding.
+  const DType t = GetParam();
+  check_restickify(Matrix::row_major(200, 333, t),
+                   Matrix::stick_columns(333, 200, t));
+}
+
+TEST_P(Restickify, TallOnFewCores) {
+  // More rows than columns: some cores hold rows but no column block.
+  const DType t = GetParam();
+  check_restickify(Matrix::stick_columns(700, 90, t),
+                   Matrix::row_major(90, 700, t), 5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Restickify,
+                         ::testing::Values(DType::kFloat16, DType::kBFloat16,
+                                           DType::kFloat32, DType::kInt8));
+
+TEST(RestickifyWide, TwoSticksPerColumnBlock) {
+  // 4096 columns over 32 cores: each column block is two sticks, so every
+  // piece travels as two sends and lands in two staging sticks.
+  const DType t = DType::kFloat16;
+  check_restickify(Matrix::stick_columns(130, 4096, t),
+                   Matrix::stick_columns(4096, 130, t));
+}
+
+TEST(RestickifyOddCores, XorPartnersPastTheLastCoreSitOut) {
+  // 13 cores: the exchange pairs cores i and i ^ t over 16, so some steps
+  // have no partner, and the last transpose group is ragged (cores 12..15
+  // of a group of 4 hold only core 12's rows).
+  const DType t = DType::kFloat16;
+  check_restickify(Matrix::stick_columns(13 * 64, 13 * 64 - 5, t),
+                   Matrix::stick_columns(13 * 64 - 5, 13 * 64, t), 13);
+}
+
+TEST(RestickifyOddCores, TwoCoresBf16) {
+  const DType t = DType::kBFloat16;
+  check_restickify(Matrix::stick_columns(128, 100, t),
+                   Matrix::row_major(100, 128, t), 2);
+}
+
+TEST(RestickifyOneCore, NoExchangeStillTransposes) {
+  const DType t = DType::kFloat16;
+  check_restickify(Matrix::stick_columns(100, 70, t),
+                   Matrix::stick_columns(70, 100, t), 1);
+}
+
+TEST(RestickifyBarrier, SameBytesWithTheTimingBarrier) {
+  const DType t = DType::kFloat16;
+  const Matrix in = Matrix::stick_columns(256, 192, t);
+  const Matrix out = Matrix::stick_columns(192, 256, t);
+  std::mt19937 rng(9);
+  Image input(in.bytes());
+  input.fill(in, rng);
+  const Result plain = run_path(in, out, input, RelayoutPath::kRing, 32);
+  const Result timed = run_path(in, out, input, RelayoutPath::kRing, 32, true);
+  EXPECT_TRUE(plain.out.bytes == timed.out.bytes);
+}
+
+// The ring path moves the data core to core; the device-memory path moves
+// it through DRAM twice more (store + load of the whole tensor).
+TEST(RestickifyTraffic, DramPathMovesTheTensorTwiceMore) {
+  const DType t = DType::kFloat16;
+  const Matrix in = Matrix::stick_columns(512, 512, t);
+  const Matrix out = Matrix::stick_columns(512, 512, t);
+  Image input(in.bytes());
+  const Result ring = run_path(in, out, input, RelayoutPath::kRing, 32);
+  const Result dram = run_path(in, out, input, RelayoutPath::kDeviceMemory, 32);
+  EXPECT_EQ(ring.stats.dma_bytes, 2 * in.bytes());
+  EXPECT_EQ(dram.stats.dma_bytes, 4 * in.bytes());
+  // 64-row and 64-column blocks: 8 cores, each keeping 1/8 of its block.
+  EXPECT_EQ(ring.stats.ring_bytes, in.bytes() / 8 * 7);
+  EXPECT_LT(ring.stats.cycles, dram.stats.cycles);
+}
+
+TEST(RestickifyErrors, ShapesAndFit) {
+  const DType t = DType::kFloat16;
+  EXPECT_THROW(kernels::build_restickify(Matrix::stick_columns(10, 20, t),
+                                         Matrix::stick_columns(10, 20, t), {}),
+               kernels::KernelBuildError);
+  EXPECT_THROW(kernels::build_restickify(
+                   Matrix::stick_columns(10, 20, t),
+                   Matrix::stick_columns(20, 10, DType::kBFloat16), {}),
+               kernels::KernelBuildError);
+  // 8192 x 8192 fp16 is 4 MiB per core over 32 cores: does not fit.
+  try {
+    kernels::build_restickify(Matrix::stick_columns(8192, 8192, t),
+                              Matrix::stick_columns(8192, 8192, t), {});
+    FAIL() << "built a program that cannot fit";
+  } catch (const kernels::KernelBuildError& e) {
+    EXPECT_NE(std::string(e.what()).find("scratchpad"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace spyre::sim::test
