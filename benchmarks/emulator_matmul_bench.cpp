@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       kernels::Matrix::row_major(n, n, rt::DType::kFloat16),
       kernels::Matrix::row_major(n, n, rt::DType::kFloat16)};
   kernels::MatmulOptions options;
+  options.target = {device.properties().chip};
   const kernels::MatmulPlan plan = kernels::plan_matmul(shape, options);
   rt::LoadedProgram loaded(device, kernels::build_matmul(shape, plan, options));
 
@@ -74,7 +75,8 @@ int main(int argc, char** argv) {
                        "vs OpenBLAS sgemm on the host");
   report.set_meta("shape", rt::str(n, "x", n, "x", n));
   report.set_meta("plan", plan.describe());
-  report.set_meta("timing_table", device.properties().timing_table_version);
+  report.set_meta("timing_table",
+                  std::string(device.properties().chip.costs.version));
   report.add({"emulator fp16, 32 cores",
               {{"median_ms", t_emu * 1e3}, {"gflops", flops / t_emu / 1e9}},
               ""});

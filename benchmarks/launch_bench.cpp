@@ -22,19 +22,20 @@ constexpr uint32_t kRelocations = 10000;
 constexpr uint32_t kSticksPerSlot = 160;
 
 // Each core loads single sticks from every slot in turn: one relocation per
-// load, spread over 32 cores.
-rt::Program make_program() {
-  kernels::ProgramBuilder b("launch_bench");
+// load, spread over the chip's cores.
+rt::Program make_program(const rt::ChipFigures& chip) {
+  kernels::ProgramBuilder b("launch_bench", chip.num_cores,
+                            chip.scratchpad_bytes);
   for (uint32_t s = 0; s < kSlots; ++s) {
     b.add_arg(rt::str("arg", s), rt::DType::kFloat16,
               kSticksPerSlot * rt::kStickBytes, false);
   }
   for (uint32_t i = 0; i < kRelocations; ++i) {
-    kernels::CoreBuilder& core = b.core(i % 32);
+    kernels::CoreBuilder& core = b.core(i % chip.num_cores);
     if (core.used() == 0) core.reserve(64 * rt::kStickBytes, "landing zone");
     rt::StickTransfer x;
     x.dram = {i % kSlots, (i / kSlots) % kSticksPerSlot * rt::kStickBytes};
-    x.spad = (i / 32) % 64 * rt::kStickBytes;
+    x.spad = (i / chip.num_cores) % 64 * rt::kStickBytes;
     core.emit(rt::DmaLoad{x});
   }
   return std::move(b).finish();
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
   rt::CachingAllocator& alloc = runtime.allocator(0);
   rt::Stream& stream = runtime.default_stream(0);
 
-  const rt::Program program = make_program();
+  const rt::Program program = make_program(device.properties().chip);
   std::vector<rt::ArgBinding> args;
   for (uint32_t s = 0; s < kSlots; ++s) {
     const uint64_t bytes = kSticksPerSlot * rt::kStickBytes;
@@ -88,7 +89,8 @@ int main(int argc, char** argv) {
                        "host cost of launching a loaded program (64 slots, "
                        "10,000 relocations) vs rebuilding it per launch");
   report.set_meta("backend", runtime.backend_name());
-  report.set_meta("timing_table", device.properties().timing_table_version);
+  report.set_meta("timing_table",
+                  std::string(device.properties().chip.costs.version));
   report.set_meta("relocations",
                   std::to_string(loaded.plan().relocations.size()));
   report.add({"loaded launch (bind+relocate+verify+publish)",

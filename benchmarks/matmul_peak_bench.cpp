@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   const kernels::MatmulShape shape{Matrix::row_major(n, n, t),
                                    Matrix::row_major(n, n, t),
                                    Matrix::row_major(n, n, t)};
-  const kernels::MatmulOptions options;
+  const kernels::MatmulOptions options{{device.properties().chip}};
   const kernels::MatmulPlan plan = kernels::plan_matmul(shape, options);
   rt::LoadedProgram loaded(device, kernels::build_matmul(shape, plan, options));
 
@@ -81,10 +81,11 @@ int main(int argc, char** argv) {
         std::max(max_err, std::abs(got - want) / std::max(1.0, std::abs(want)));
   }
 
-  const sim::TimingTable& table = sim::kTimingTable;
+  const rt::ChipFigures& chip = device.properties().chip;
+  const rt::CostTable& table = chip.costs;
   const double macs = static_cast<double>(n) * n * n;
   const double peak_macs_per_ns =
-      table.matmul_macs_fp16 * table.clock_ghz * sim::kNumCores;
+      table.matmul_macs_fp16 * table.clock_ghz * chip.num_cores;
   const double peak_us = macs / peak_macs_per_ns / 1e3;
   const double fraction = peak_us / us;
 
@@ -93,10 +94,11 @@ int main(int argc, char** argv) {
                        "of the 32 matrix units");
   report.set_meta("shape", rt::str(n, "x", n, "x", n, " fp16, row-major"));
   report.set_meta("plan", plan.describe());
-  report.set_meta("timing_table", device.properties().timing_table_version);
+  report.set_meta("timing_table",
+                  std::string(device.properties().chip.costs.version));
   report.set_meta("peak",
                   rt::str(table.matmul_macs_fp16, " MAC/cycle/core x ",
-                          table.clock_ghz, " GHz x ", sim::kNumCores,
+                          table.clock_ghz, " GHz x ", chip.num_cores,
                           " cores = ", peak_macs_per_ns * 2 / 1e3, " TFLOP/s"));
   report.set_meta("reps", std::to_string(reps));
   report.add({"modelled device time",

@@ -63,6 +63,7 @@ Measured measure(rt::Device& device, rt::CachingAllocator& alloc,
                  kernels::MatmulLowering lowering, int reps,
                  const std::vector<std::vector<uint8_t>>& inputs) {
   kernels::MatmulOptions options;
+  options.target = {device.properties().chip};
   options.lowering = lowering;
   Measured r;
   r.plan = kernels::plan_matmul(shape, options);
@@ -132,7 +133,8 @@ int main(int argc, char** argv) {
   bench::Report report("matmul_tiling",
                        "fp16 matmul, planned tiling/layout vs the naive "
                        "lowering (modelled device time, 32 cores)");
-  report.set_meta("timing_table", device.properties().timing_table_version);
+  report.set_meta("timing_table",
+                  std::string(device.properties().chip.costs.version));
   report.set_meta("reps", std::to_string(reps));
   report.set_meta("naive",
                   "rows split over 32 cores, fixed 64x64x64 tile, private "

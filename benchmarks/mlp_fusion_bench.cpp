@@ -108,7 +108,8 @@ int main(int argc, char** argv) {
   bench::Report report("mlp_fusion",
                        "fused MLP (intermediate on chip) vs two matmul "
                        "programs (intermediate in device memory)");
-  report.set_meta("timing_table", device.properties().timing_table_version);
+  report.set_meta("timing_table",
+                  std::string(device.properties().chip.costs.version));
   report.set_meta("reps", std::to_string(reps));
   report.set_meta("model", "gelu_tanh, biases, nn.Linear weight layouts, fp16");
   int failures = 0;
@@ -134,20 +135,22 @@ int main(int argc, char** argv) {
     buffers.get("b_up", s.b_up->bytes(), kF16, rng, 0.5);
     buffers.get("b_down", s.b_down->bytes(), kF16, rng, 0.5);
 
-    const kernels::MlpPlan plan = kernels::plan_mlp(s, {});
+    const kernels::Target target{device.properties().chip};
+    const kernels::MlpPlan plan = kernels::plan_mlp(s, {target});
     Run fused;
-    launch(device, kernels::build_mlp(s, plan, {}),
+    launch(device, kernels::build_mlp(s, plan, {target}),
            {"x", "w_up", "w_down", "y_fused", "b_up", "b_down"}, buffers, rng,
            {1, 1, 1, 0, 1, 1}, reps, fused);
 
     const kernels::UnfusedMlp u = kernels::unfused_mlp(s);
-    const kernels::MatmulPlan up_plan = kernels::plan_matmul(u.up, {});
-    const kernels::MatmulPlan down_plan = kernels::plan_matmul(u.down, {});
+    const kernels::MatmulPlan up_plan = kernels::plan_matmul(u.up, {target});
+    const kernels::MatmulPlan down_plan =
+        kernels::plan_matmul(u.down, {target});
     Run unfused;
-    launch(device, kernels::build_matmul(u.up, up_plan, {}),
+    launch(device, kernels::build_matmul(u.up, up_plan, {target}),
            {"x", "w_up", "h", "b_up"}, buffers, rng, {1, 1, 0, 1}, reps,
            unfused);
-    launch(device, kernels::build_matmul(u.down, down_plan, {}),
+    launch(device, kernels::build_matmul(u.down, down_plan, {target}),
            {"h", "w_down", "y_unfused", "b_down"}, buffers, rng, {1, 1, 0, 1},
            reps, unfused);
 

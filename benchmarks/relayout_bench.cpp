@@ -36,6 +36,7 @@ Run run(rt::Device& device, rt::CachingAllocator& alloc, const Matrix& in,
         const Matrix& out, RelayoutPath path, const std::vector<uint8_t>& x,
         int reps) {
   kernels::RelayoutOptions options;
+  options.target = {device.properties().chip};
   options.path = path;
   options.barrier_after_load = true;
   rt::LoadedProgram loaded(device, kernels::build_restickify(in, out, options));
@@ -61,7 +62,8 @@ int main(int argc, char** argv) {
   bench::Report report("relayout",
                        "restickify of a tensor spread over 32 cores: ring "
                        "(core to core) vs a round trip through device memory");
-  report.set_meta("timing_table", device.properties().timing_table_version);
+  report.set_meta("timing_table",
+                  std::string(device.properties().chip.costs.version));
   report.set_meta("reps", std::to_string(reps));
   report.set_meta("method",
                   "re-layout time = program time - the same program without "

@@ -33,10 +33,11 @@ int main(int argc, char** argv) {
   bench::Report report("softmax_calibration",
                        "modelled time of 512x1024 fp16 softmax on one core vs "
                        "published device times");
-  report.set_meta("timing_table", device.properties().timing_table_version);
+  report.set_meta("timing_table",
+                  std::string(device.properties().chip.costs.version));
   for (const Variant& v : variants) {
     kernels::SoftmaxOptions options;
-    options.max_cores = 1;
+    options.target = {device.properties().chip, 1};
     options.schedule = v.schedule;
     rt::LoadedProgram loaded(device, kernels::build_softmax(m, m, options));
     const std::vector<rt::ArgBinding> args =

@@ -100,6 +100,10 @@ rt::Device& runtime_device(c10::DeviceIndex index) {
   return call_runtime([&]() -> rt::Device& { return runtime().device(index); });
 }
 
+const rt::ChipFigures& device_chip(c10::DeviceIndex index) {
+  return runtime_device(index).properties().chip;
+}
+
 rt::CachingAllocator& runtime_allocator(c10::DeviceIndex index) {
   check_device_index(index);
   initialized_flags()[index].store(true);

@@ -41,6 +41,8 @@ rt::Stream& runtime_stream(const c10::Stream& stream);
 rt::Runtime& runtime();  // starts the runtime; runtime errors -> c10 errors
 rt::Device& runtime_device(c10::DeviceIndex index);
 rt::CachingAllocator& runtime_allocator(c10::DeviceIndex index);
+// What kernel builders plan for on that device (its properties' chip facts).
+const rt::ChipFigures& device_chip(c10::DeviceIndex index);
 
 // Rethrows a runtime error as the matching c10 error: OutOfMemory ->
 // c10::OutOfMemoryError (torch.OutOfMemoryError), InvalidArgument ->

@@ -80,12 +80,13 @@ py::dict device_properties(c10::DeviceIndex index) {
   out["name"] = p.name;
   out["backend"] = p.backend;
   out["index"] = p.index;
-  out["num_cores"] = p.num_cores;
-  out["scratchpad_bytes"] = p.scratchpad_bytes;
-  out["stick_bytes"] = p.stick_bytes;
+  out["num_cores"] = p.chip.num_cores;
+  out["scratchpad_bytes"] = p.chip.scratchpad_bytes;
+  out["scratchpad_reserve"] = p.chip.scratchpad_reserve;
+  out["stick_bytes"] = rt::kStickBytes;
   out["total_memory"] = p.memory_bytes;
-  out["clock_ghz"] = p.clock_ghz;
-  out["timing_table_version"] = p.timing_table_version;
+  out["clock_ghz"] = p.chip.costs.clock_ghz;
+  out["timing_table_version"] = std::string(p.chip.costs.version);
   return out;
 }
 
@@ -255,6 +256,8 @@ void bind_ops(py::module_& m) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_spyre native glue";
+  // The program format's stick (every device's unit of transfer and layout).
+  m.attr("STICK_BYTES") = rt::kStickBytes;
   py::register_exception_translator(&translate_exceptions);
   bind_device(m);
   bind_memory(m);

@@ -307,7 +307,7 @@ void bind_spec(py::module_& m) {
             rt::validate(s.program(),
                          rt::ProgramLimits{num_cores, scratchpad_bytes});
           },
-          py::arg("num_cores") = 32, py::arg("scratchpad_bytes") = 2u << 20)
+          py::arg("num_cores"), py::arg("scratchpad_bytes"))
       .def("serialize",
            [](const ProgramSpec& s) {
              std::vector<uint8_t> bytes = rt::serialize(s.program());
@@ -333,8 +333,14 @@ void bind_spec(py::module_& m) {
                 reinterpret_cast<const uint8_t*>(view.data()), view.size()),
             rt::ProgramLimits{num_cores, scratchpad_bytes}));
       },
-      py::arg("data"), py::arg("num_cores") = 32,
-      py::arg("scratchpad_bytes") = 2u << 20);
+      py::arg("data"), py::arg("num_cores"), py::arg("scratchpad_bytes"));
+}
+
+// What a builder plans for: the chip of spyre device `device` (-1: the
+// current one), at most `max_cores` of its cores (0: all).
+kernels::Target target_of(c10::DeviceIndex device, uint32_t max_cores) {
+  namespace glue = spyre::torch_glue;
+  return {glue::device_chip(glue::resolve_device_index(device)), max_cores};
 }
 
 // A matrix operand from Python: (dtype, byte offset of element (0, 0),
@@ -387,7 +393,7 @@ std::pair<ProgramSpec, std::string> build_matmul_program(
     const MatrixTuple& a, const MatrixTuple& b, const MatrixTuple& c,
     const std::optional<MatrixTuple>& bias, bool a_transposed,
     bool b_transposed, double alpha, double beta, const std::string& activation,
-    uint32_t max_cores, bool naive) {
+    c10::DeviceIndex device, uint32_t max_cores, bool naive) {
   kernels::MatmulShape shape(matrix_of(a), matrix_of(b), matrix_of(c));
   shape.a_transposed = a_transposed;
   shape.b_transposed = b_transposed;
@@ -396,7 +402,7 @@ std::pair<ProgramSpec, std::string> build_matmul_program(
   shape.beta = beta;
   shape.activation = activation_of(activation);
   kernels::MatmulOptions options;
-  options.max_cores = max_cores;
+  options.target = target_of(device, max_cores);
   options.lowering = naive ? kernels::MatmulLowering::kNaive
                            : kernels::MatmulLowering::kPlanned;
   const kernels::MatmulPlan plan = kernels::plan_matmul(shape, options);
@@ -411,7 +417,8 @@ std::pair<ProgramSpec, std::string> build_mlp_program(
     const MatrixTuple& x, const MatrixTuple& w_up, const MatrixTuple& w_down,
     const MatrixTuple& y, const std::optional<MatrixTuple>& b_up,
     const std::optional<MatrixTuple>& b_down, bool w_up_transposed,
-    bool w_down_transposed, const std::string& activation, uint32_t max_cores) {
+    bool w_down_transposed, const std::string& activation,
+    c10::DeviceIndex device, uint32_t max_cores) {
   kernels::MlpShape shape;
   shape.x = matrix_of(x);
   shape.w_up = matrix_of(w_up);
@@ -423,7 +430,7 @@ std::pair<ProgramSpec, std::string> build_mlp_program(
   if (b_down) shape.b_down = matrix_of(*b_down);
   shape.activation = activation_of(activation);
   kernels::MlpOptions options;
-  options.max_cores = max_cores;
+  options.target = target_of(device, max_cores);
   const kernels::MlpPlan plan = kernels::plan_mlp(shape, options);
   return {ProgramSpec(kernels::build_mlp(shape, plan, options)),
           plan.describe()};
@@ -434,13 +441,13 @@ void bind_builders(py::module_& m) {
         py::arg("w_down"), py::arg("y"), py::arg("b_up") = std::nullopt,
         py::arg("b_down") = std::nullopt, py::arg("w_up_transposed") = false,
         py::arg("w_down_transposed") = false, py::arg("activation") = "gelu",
-        py::arg("max_cores") = 32);
+        py::arg("device") = -1, py::arg("max_cores") = 0);
   m.def("build_matmul", &build_matmul_program, py::arg("a"), py::arg("b"),
         py::arg("c"), py::arg("bias") = std::nullopt,
         py::arg("a_transposed") = false, py::arg("b_transposed") = false,
         py::arg("alpha") = 1.0, py::arg("beta") = 1.0,
-        py::arg("activation") = "none", py::arg("max_cores") = 32,
-        py::arg("naive") = false);
+        py::arg("activation") = "none", py::arg("device") = -1,
+        py::arg("max_cores") = 0, py::arg("naive") = false);
   m.def("matmul_activations", &activation_names,
         "Epilogue activations build_matmul applies (names as in "
         "kernels::activation_name).");
@@ -463,7 +470,7 @@ class CompiledProgram {
       return rt::deserialize(
           std::span<const uint8_t>(
               reinterpret_cast<const uint8_t*>(view.data()), view.size()),
-          rt::ProgramLimits{props.num_cores, props.scratchpad_bytes});
+          props.limits());
     });
   }
 

@@ -14,16 +14,14 @@
 
 namespace spyre::sim {
 
-SimDevice::SimDevice(int index, uint64_t memory_bytes)
-    : table_(kTimingTable), memory_(memory_bytes) {
+SimDevice::SimDevice(int index, uint64_t memory_bytes,
+                     const rt::ChipFigures& chip)
+    : memory_(memory_bytes) {
   props_.name = "Spyre (emulated)";
   props_.backend = "sim";
   props_.index = index;
-  props_.num_cores = kNumCores;
-  props_.scratchpad_bytes = kScratchpadBytes;
   props_.memory_bytes = memory_.size();
-  props_.clock_ghz = table_.clock_ghz;
-  props_.timing_table_version = table_.version;
+  props_.chip = chip;
   if (const char* path = std::getenv("SPYRE_TRACE"); path && *path) {
     trace_path_ = path;
   }
@@ -41,13 +39,13 @@ double SimDevice::copy_to_device(rt::DevicePtr dst, const void* src,
                                  uint64_t bytes) {
   if (bytes == 0) return 0;
   std::memcpy(memory_.translate(dst, bytes, "copy_to_device"), src, bytes);
-  return host_copy_ns(bytes, table_);
+  return host_copy_ns(bytes, props_.chip.costs);
 }
 
 double SimDevice::copy_to_host(void* dst, rt::DevicePtr src, uint64_t bytes) {
   if (bytes == 0) return 0;
   std::memcpy(dst, memory_.translate(src, bytes, "copy_to_host"), bytes);
-  return host_copy_ns(bytes, table_);
+  return host_copy_ns(bytes, props_.chip.costs);
 }
 
 double SimDevice::copy_on_device(rt::DevicePtr dst, rt::DevicePtr src,
@@ -56,13 +54,14 @@ double SimDevice::copy_on_device(rt::DevicePtr dst, rt::DevicePtr src,
   uint8_t* to = memory_.translate(dst, bytes, "copy_on_device destination");
   const uint8_t* from = memory_.translate(src, bytes, "copy_on_device source");
   std::memmove(to, from, bytes);
-  return device_copy_ns(bytes, bytes, table_);  // read + write via DRAM
+  return device_copy_ns(bytes, bytes,
+                        props_.chip.costs);  // read + write via DRAM
 }
 
 double SimDevice::fill(rt::DevicePtr dst, uint8_t value, uint64_t bytes) {
   if (bytes == 0) return 0;
   std::memset(memory_.translate(dst, bytes, "fill"), value, bytes);
-  return device_copy_ns(0, bytes, table_);
+  return device_copy_ns(0, bytes, props_.chip.costs);
 }
 
 // The host view of a converting copy's range, checked as a whole before
@@ -82,20 +81,20 @@ double SimDevice::copy_to_device_packed(rt::DevicePtr dst, uint64_t bytes,
                                         const ChunkWriter& write) {
   if (bytes == 0) return 0;
   write(translate_copy(dst, bytes, "copy_to_device_packed"), 0, bytes);
-  return host_copy_ns(bytes, table_);
+  return host_copy_ns(bytes, props_.chip.costs);
 }
 
 double SimDevice::copy_to_host_unpacked(rt::DevicePtr src, uint64_t bytes,
                                         const ChunkReader& read) {
   if (bytes == 0) return 0;
   read(translate_copy(src, bytes, "copy_to_host_unpacked"), 0, bytes);
-  return host_copy_ns(bytes, table_);
+  return host_copy_ns(bytes, props_.chip.costs);
 }
 
 std::unique_ptr<rt::Executable> SimDevice::prepare(const rt::Program& program,
                                                    const rt::PatchPlan& plan) {
   auto exe = std::make_unique<SimExecutable>(program, plan);
-  schedule(*exe, table_, props_.num_cores);
+  schedule(*exe, props_.chip.costs, props_.chip.num_cores);
   // A program whose ring channels can never all complete is one the device
   // cannot run: reject it at load (LoadedProgram's contract), not at every
   // launch, where a stream would only report it asynchronously.
@@ -109,7 +108,8 @@ std::unique_ptr<Scratchpads> SimDevice::take_scratchpads() {
   std::lock_guard lock(pads_mutex_);
   if (free_pads_.empty()) {
     auto pads = std::make_unique<Scratchpads>();
-    pads->cores.resize(props_.num_cores);
+    pads->bytes = props_.chip.scratchpad_bytes;
+    pads->cores.resize(props_.chip.num_cores);
     return pads;
   }
   auto pads = std::move(free_pads_.back());
@@ -164,7 +164,8 @@ rt::LaunchStats SimDevice::execute(const rt::Executable& executable,
     throw;
   }
   return_scratchpads(std::move(pads));
-  if (trace_path_) append_trace(*trace_path_, *exe, props_.index, table_);
+  if (trace_path_)
+    append_trace(*trace_path_, *exe, props_.index, props_.chip.costs);
   return exe->stats;
 }
 

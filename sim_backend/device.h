@@ -18,12 +18,13 @@ class SimExecutable;
 
 // One launch's scratchpads (per physical core, allocated on first use).
 struct Scratchpads {
+  uint32_t bytes = 0;  // each core's: the device's chip.scratchpad_bytes
   std::vector<std::unique_ptr<uint8_t[]>> cores;
 };
 
 class SimDevice : public rt::Device {
  public:
-  SimDevice(int index, uint64_t memory_bytes);
+  SimDevice(int index, uint64_t memory_bytes, const rt::ChipFigures& chip);
 
   const rt::DeviceProperties& properties() const override { return props_; }
   rt::DevicePtr allocate(uint64_t bytes) override;
@@ -57,7 +58,6 @@ class SimDevice : public rt::Device {
   void return_scratchpads(std::unique_ptr<Scratchpads> pads);
 
   rt::DeviceProperties props_;
-  const TimingTable& table_;
   DeviceMemory memory_;
   std::optional<std::string> trace_path_;
   // Launches of less host work (SimExecutable::host_work: unit-busy cycles

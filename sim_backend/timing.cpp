@@ -28,7 +28,7 @@ uint64_t scaled(double cycles) {
   return static_cast<uint64_t>(std::ceil(cycles));
 }
 
-uint32_t matmul_macs_per_cycle(rt::DType dtype, const TimingTable& table) {
+uint32_t matmul_macs_per_cycle(rt::DType dtype, const rt::CostTable& table) {
   switch (dtype) {
     case rt::DType::kInt8:
       return table.matmul_macs_int8;
@@ -50,7 +50,7 @@ bool is_divide_like(rt::VecOp op) {
 
 // How an operand's column access slows the vector unit.
 double access_factor(const rt::Tile& tile, uint32_t cols,
-                     const TimingTable& table) {
+                     const rt::CostTable& table) {
   if (cols <= 1) return 1.0;
   if (tile.col_stride == static_cast<int32_t>(rt::element_size(tile.dtype))) {
     return 1.0;
@@ -61,14 +61,14 @@ double access_factor(const rt::Tile& tile, uint32_t cols,
 
 // Cycles for `rows` x `cols` elements of `width` bytes at one stick a cycle.
 uint64_t stick_cycles(uint32_t rows, uint32_t cols, uint32_t width,
-                      const TimingTable& table) {
+                      const rt::CostTable& table) {
   return uint64_t{rows} *
          ceil_div(uint64_t{cols} * width, table.vector_bytes_per_cycle);
 }
 
 }  // namespace
 
-uint64_t matmul_cycles(const rt::MatMul& mm, const TimingTable& table) {
+uint64_t matmul_cycles(const rt::MatMul& mm, const rt::CostTable& table) {
   uint64_t tile_n = rt::elements_per_stick(mm.b.dtype);
   uint64_t tiles = ceil_div(mm.m, table.matmul_tile_m) *
                    ceil_div(mm.n, tile_n) * ceil_div(mm.k, table.matmul_tile_k);
@@ -82,7 +82,7 @@ uint64_t matmul_cycles(const rt::MatMul& mm, const TimingTable& table) {
   return table.matmul_fixed_cycles + scaled(cycles);
 }
 
-uint64_t vector_cycles(const rt::Vector& v, const TimingTable& table) {
+uint64_t vector_cycles(const rt::Vector& v, const rt::CostTable& table) {
   int arity = rt::vec_op_arity(v.op);
   const rt::Tile* sources[] = {&v.src0, &v.src1, &v.src2};
   uint32_t width = rt::element_size(v.dst.dtype);
@@ -100,7 +100,7 @@ uint64_t vector_cycles(const rt::Vector& v, const TimingTable& table) {
   return table.vector_fixed_cycles + scaled(sticks * op * access);
 }
 
-uint64_t reduce_cycles(const rt::Reduce& r, const TimingTable& table) {
+uint64_t reduce_cycles(const rt::Reduce& r, const rt::CostTable& table) {
   bool arg = r.op == rt::RedOp::kArgMax || r.op == rt::RedOp::kArgMin;
   double sticks = static_cast<double>(
       stick_cycles(r.rows, r.cols, rt::element_size(r.src.dtype), table));
@@ -109,30 +109,30 @@ uint64_t reduce_cycles(const rt::Reduce& r, const TimingTable& table) {
   return table.vector_fixed_cycles + scaled(sticks * factor);
 }
 
-uint64_t rand_cycles(const rt::RandFill& r, const TimingTable& table) {
+uint64_t rand_cycles(const rt::RandFill& r, const rt::CostTable& table) {
   double sticks = static_cast<double>(
       stick_cycles(r.rows, r.cols, rt::element_size(r.dst.dtype), table));
   return table.vector_fixed_cycles + scaled(sticks * table.rand_factor);
 }
 
 uint64_t dma_stream_cycles(uint64_t bytes, uint64_t runs,
-                           const TimingTable& table) {
+                           const rt::CostTable& table) {
   return ceil_div(bytes, table.dma_bytes_per_cycle) +
          runs * table.dma_cycles_per_run;
 }
 
-double host_copy_ns(uint64_t bytes, const TimingTable& table) {
+double host_copy_ns(uint64_t bytes, const rt::CostTable& table) {
   return table.host_copy_latency_ns +
          static_cast<double>(bytes) / table.host_link_gb_per_s;
 }
 
 double device_copy_ns(uint64_t bytes_read, uint64_t bytes_written,
-                      const TimingTable& table) {
+                      const rt::CostTable& table) {
   return table.device_copy_latency_ns +
          static_cast<double>(bytes_read + bytes_written) / table.dram_gb_per_s;
 }
 
-double dram_bytes_per_cycle(const TimingTable& table) {
+double dram_bytes_per_cycle(const rt::CostTable& table) {
   return table.dram_gb_per_s / table.clock_ghz;
 }
 
@@ -144,7 +144,7 @@ using BroadcastKey = std::tuple<uint32_t, uint32_t, uint64_t, uint32_t,
 
 class Scheduler {
  public:
-  Scheduler(SimExecutable& exe, const TimingTable& table, uint32_t num_cores)
+  Scheduler(SimExecutable& exe, const rt::CostTable& table, uint32_t num_cores)
       : exe_(exe), table_(table), num_cores_(num_cores) {
     size_t n = exe.cores.size();
     queues_.resize(n);
@@ -287,7 +287,7 @@ class Scheduler {
   }
 
   SimExecutable& exe_;
-  const TimingTable& table_;
+  const rt::CostTable& table_;
   uint32_t num_cores_;
   double dram_per_cycle_ = dram_bytes_per_cycle(table_);
   double dram_free_ = 0;
@@ -313,7 +313,7 @@ uint64_t union_length(std::vector<std::pair<uint64_t, uint64_t>>& spans) {
   return total;
 }
 
-void fill_stats(SimExecutable& exe, const TimingTable& table,
+void fill_stats(SimExecutable& exe, const rt::CostTable& table,
                 uint32_t num_cores) {
   rt::LaunchStats& stats = exe.stats;
   stats = {};
@@ -363,7 +363,7 @@ uint32_t ring_hops(uint32_t from, uint32_t to, uint32_t num_cores) {
   return std::min(forward, num_cores - forward);
 }
 
-void schedule(SimExecutable& exe, const TimingTable& table,
+void schedule(SimExecutable& exe, const rt::CostTable& table,
               uint32_t num_cores) {
   Scheduler scheduler(exe, table, num_cores);
   scheduler.run();

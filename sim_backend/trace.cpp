@@ -24,7 +24,7 @@ std::string escape(const std::string& s) {
 }
 
 std::string launch_events(const SimExecutable& exe, int device,
-                          const TimingTable& table, double base_us) {
+                          const rt::CostTable& table, double base_us) {
   std::ostringstream out;
   out.precision(12);
   bool first = true;
@@ -62,7 +62,7 @@ std::string launch_events(const SimExecutable& exe, int device,
 }  // namespace
 
 void append_trace(const std::string& path, const SimExecutable& exe, int device,
-                  const TimingTable& table) {
+                  const rt::CostTable& table) {
   std::lock_guard lock(trace_mutex);
   // The first launch of a process starts the file; later ones replace the
   // closing bracket so the file is a valid JSON array after every launch.

@@ -12,6 +12,6 @@ namespace spyre::sim {
 
 // Appends `exe`'s static schedule to `path` as one launch on device `device`.
 void append_trace(const std::string& path, const SimExecutable& exe, int device,
-                  const TimingTable& table);
+                  const rt::CostTable& table);
 
 }  // namespace spyre::sim

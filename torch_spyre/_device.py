@@ -92,8 +92,9 @@ def get_device_name(device=None):
 
 
 class _DeviceProperties:
-    """name, backend, num_cores, scratchpad_bytes, stick_bytes, total_memory,
-    clock_ghz, timing_table_version."""
+    """name, backend, num_cores, scratchpad_bytes, scratchpad_reserve,
+    stick_bytes, total_memory, clock_ghz, timing_table_version: the chip
+    facts the kernel builders and the compiler plan for."""
 
     def __init__(self, values):
         self.__dict__.update(values)

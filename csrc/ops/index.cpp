@@ -10,6 +10,7 @@
 #include <ATen/ops/index_select_ops.h>
 #include <torch/library.h>
 
+#include "device_state.h"
 #include "ops/launch.h"
 #include "ops/matrix_operand.h"
 #include "spyre/kernels/gather.h"
@@ -60,7 +61,10 @@ void run_gather(at::Tensor table, int64_t dim, at::Tensor index,
     append_key(key, *m);
   }
   launch_cached(out.device().index(), key,
-                [&] { return kernels::build_gather(shape, {}); },
+                [&] {
+                  return kernels::build_gather(
+                      shape, {{device_chip(out.device().index())}});
+                },
                 {table, index, out});
 }
 

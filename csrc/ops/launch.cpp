@@ -784,6 +784,7 @@ void launch_elementwise(const std::string& name,
   }
   kernels::ElementwiseKernel kernel;
   kernel.name = name;
+  kernel.target = {device_chip(out.device().index())};
   kernel.shape = sizes;
   kernel.output = *out_operand;
   kernel.output_read_modify_write = write_needs_read(out, sizes, *out_operand);

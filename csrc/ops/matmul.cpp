@@ -26,6 +26,7 @@
 
 #include <optional>
 
+#include "device_state.h"
 #include "ops/launch.h"
 #include "ops/matrix_operand.h"
 #include "spyre/kernels/program_builder.h"
@@ -136,6 +137,7 @@ void run_matmul(const at::Tensor& a, const at::Tensor& b,
       out.device().index(), key,
       [&] {
         kernels::MatmulOptions options;
+        options.target = {device_chip(out.device().index())};
         return kernels::build_matmul(
             shape, kernels::plan_matmul(shape, options), options);
       },

@@ -17,6 +17,7 @@
 #include <limits>
 #include <tuple>
 
+#include "device_state.h"
 #include "ops/launch.h"
 #include "ops/matrix_operand.h"
 
@@ -91,6 +92,7 @@ NormResult run_norm(const at::Tensor& input, int64_t normed,
   shape.rstd = *matrix_view(r.rstd, 0);
   args.push_back(r.rstd);
   kernels::NormOptions options;
+  options.target = {device_chip(x.device().index())};
   options.rms = rms;
   options.eps = eps;
   std::string key = c10::str(rms ? "rms_norm" : "layer_norm", ":", eps);

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "device_state.h"
 #include "ops/launch.h"
 #include "ops/matrix_operand.h"
 #include "spyre/kernels/program_builder.h"
@@ -103,6 +104,7 @@ at::Tensor reduce_one(at::Tensor x, int64_t d, ReduceOp op,
       x.device().index(), key,
       [&] {
         kernels::ReduceOptions options;
+        options.target = {device_chip(x.device().index())};
         options.scale = scale;
         return along_sticks
                    ? kernels::build_reduce_along_sticks(*in, out_m, op, options)

@@ -12,6 +12,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include "device_state.h"
 #include "ops/launch.h"
 #include "ops/matrix_operand.h"
 
@@ -40,6 +41,7 @@ at::Tensor along_last_dim(at::Tensor x, bool log) {
   launch_cached(x.device().index(), key,
                 [&] {
                   kernels::SoftmaxOptions options;
+                  options.target = {device_chip(x.device().index())};
                   options.log = log;
                   return kernels::build_softmax(in, out_m, options);
                 },

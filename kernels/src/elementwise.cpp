@@ -326,7 +326,7 @@ void ElementwiseKernel::append_key(std::string& key) const {
     key += '#' + std::to_string(std::bit_cast<uint64_t>(st.imm)) + '#' +
            std::to_string(std::bit_cast<uint64_t>(st.imm2)) + ';';
   }
-  key += 'c' + std::to_string(max_cores);
+  key += 'c' + std::to_string(target.cores());
 }
 
 rt::Program build_elementwise(const ElementwiseKernel& k) {
@@ -335,16 +335,15 @@ rt::Program build_elementwise(const ElementwiseKernel& k) {
   const Space s = space_of(k.shape);
   const int64_t out_per_stick = k.output.elements_per_stick();
   const int64_t out_sticks =
-      ceil_div(k.output.first + s.cols, out_per_stick);  // per row
-  const uint64_t budget =
-      (k.scratchpad_bytes - k.scratchpad_reserve) / 2;  // double-buffered
+      ceil_div(k.output.first + s.cols, out_per_stick);      // per row
+  const uint64_t budget = k.target.scratchpad_budget() / 2;  // double-buffered
 
   // Tile width: whole rows if one fits, else fewer output sticks; narrower
   // still when there are too few rows to keep the cores busy.
   const int64_t row_units = s.batch_count() * s.rows;
   int64_t sticks_per_chunk = out_sticks;
-  if (row_units < k.max_cores) {
-    const int64_t chunks_wanted = ceil_div(k.max_cores, row_units);
+  if (row_units < k.target.cores()) {
+    const int64_t chunks_wanted = ceil_div(k.target.cores(), row_units);
     sticks_per_chunk =
         std::max<int64_t>(1, ceil_div(out_sticks, chunks_wanted));
   }
@@ -364,14 +363,14 @@ rt::Program build_elementwise(const ElementwiseKernel& k) {
   const int64_t chunks = ceil_div(out_sticks, sticks_per_chunk);
   const int64_t rows_fit = static_cast<int64_t>(
       budget / std::max<uint64_t>(1, fp.bytes(k, ndim, 1)));
-  const int64_t rows_for_cores =
-      std::max<int64_t>(1, ceil_div(row_units * chunks, k.max_cores) / chunks);
+  const int64_t rows_for_cores = std::max<int64_t>(
+      1, ceil_div(row_units * chunks, k.target.cores()) / chunks);
   const int64_t rows_per_tile =
       std::max<int64_t>(1, std::min({s.rows, rows_fit, rows_for_cores}));
   const int64_t row_tiles = ceil_div(s.rows, rows_per_tile);
   const int64_t tiles = s.batch_count() * row_tiles * chunks;
 
-  ProgramBuilder pb(k.name, k.max_cores, k.scratchpad_bytes);
+  ProgramBuilder pb(k.name, k.target.cores(), k.target.chip.scratchpad_bytes);
   const uint32_t num_inputs = static_cast<uint32_t>(k.inputs.size());
   for (uint32_t i = 0; i < num_inputs; ++i) {
     pb.add_arg("in" + std::to_string(i), k.inputs[i].dtype,
@@ -396,7 +395,7 @@ rt::Program build_elementwise(const ElementwiseKernel& k) {
     return w;
   };
 
-  const Split split{static_cast<uint64_t>(tiles), k.max_cores, 1};
+  const Split split{static_cast<uint64_t>(tiles), k.target.cores(), 1};
   for (uint32_t c = 0; c < split.used_parts(); ++c) {
     CoreBuilder& core = pb.core(c);
     const uint64_t begin = split.begin(c), count = split.size(c);

@@ -37,8 +37,8 @@ void check(const GatherShape& s) {
 
 rt::Program build_gather(const GatherShape& s, const GatherOptions& o) {
   check(s);
-  const uint32_t budget = o.scratchpad_bytes - o.scratchpad_reserve;
-  ProgramBuilder builder("gather", o.max_cores, budget);
+  const uint32_t budget = o.target.scratchpad_budget();
+  ProgramBuilder builder("gather", o.target.cores(), budget);
   builder.add_arg("table", s.table.dtype, s.table.bytes(), false);
   builder.add_arg("index", s.index.dtype, s.index.bytes(), false);
   builder.add_arg("out", s.out.dtype, s.out.bytes(), true);
@@ -52,7 +52,7 @@ rt::Program build_gather(const GatherShape& s, const GatherOptions& o) {
                                    " elements do not fit the scratchpad"));
   }
   const std::vector<RowChunk> chunks =
-      row_chunks(s.index, ei, o.max_cores, std::min<uint64_t>(fit, 1024));
+      row_chunks(s.index, ei, o.target.cores(), std::min<uint64_t>(fit, 1024));
   const uint64_t widest = widest_chunk(chunks);
   const uint32_t index_bytes = padded_row_bytes(widest, s.index.dtype);
   const uint64_t sticks = s.table.sticks_per_row();

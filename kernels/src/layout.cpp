@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "spyre/runtime/dtype.h"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -14,7 +16,9 @@
 namespace spyre::kernels {
 namespace {
 
-constexpr int64_t kStickBytes = 128;
+// The program format's stick (spyre/runtime/dtype.h), signed for the
+// layout arithmetic.
+constexpr int64_t kStickBytes = rt::kStickBytes;
 
 std::vector<int64_t> row_major_strides(const std::vector<int64_t>& sizes) {
   std::vector<int64_t> strides(sizes.size(), 1);

@@ -14,33 +14,34 @@
 namespace spyre::kernels {
 namespace detail {
 
-double DeviceFigures::macs_per_cycle(rt::DType dtype) {
+double DeviceFigures::macs_per_cycle(rt::DType dtype) const {
   switch (dtype) {
     case rt::DType::kInt8:
-      return 2048;
+      return c_.matmul_macs_int8;
     case rt::DType::kFloat32:
-      return 256;
+      return c_.matmul_macs_fp32;
     default:
-      return 1024;
+      return c_.matmul_macs_fp16;
   }
 }
 
 double DeviceFigures::matmul_cycles(uint64_t m, uint64_t n, uint64_t k,
-                                    rt::DType dtype, bool transposed_b) {
+                                    rt::DType dtype, bool transposed_b) const {
   const uint64_t tile_n = rt::elements_per_stick(dtype);
-  const double tiles = static_cast<double>(
-      ceil_div(m, kMmaTileM) * ceil_div(n, tile_n) * ceil_div(k, kMmaTileK));
-  double cycles = tiles * kMmaTileM * static_cast<double>(tile_n) * kMmaTileK /
-                  macs_per_cycle(dtype);
-  if (transposed_b) cycles *= kTransposedBFactor;
-  return kMatmulFixedCycles + std::ceil(cycles);
+  const double tiles =
+      static_cast<double>(ceil_div(m, c_.matmul_tile_m) * ceil_div(n, tile_n) *
+                          ceil_div(k, c_.matmul_tile_k));
+  double cycles = tiles * c_.matmul_tile_m * static_cast<double>(tile_n) *
+                  c_.matmul_tile_k / macs_per_cycle(dtype);
+  if (transposed_b) cycles *= c_.matmul_transposed_b_factor;
+  return c_.matmul_fixed_cycles + std::ceil(cycles);
 }
 
 double DeviceFigures::vector_cycles(uint64_t rows, uint64_t cols,
-                                    uint32_t width, double factor) {
+                                    uint32_t width, double factor) const {
   const double per_row =
-      std::ceil(static_cast<double>(cols * width) / kVectorBytesPerCycle);
-  return kVectorFixedCycles + static_cast<double>(rows) * per_row * factor;
+      std::ceil(static_cast<double>(cols * width) / c_.vector_bytes_per_cycle);
+  return c_.vector_fixed_cycles + static_cast<double>(rows) * per_row * factor;
 }
 
 rt::VecOp activation_op(Activation act) {
@@ -86,16 +87,16 @@ void emit_epilogue_math(CoreBuilder& core, const EpilogueMath& math,
   core.emit(vec(activation_op(math.activation), out, acc, rows, cols));
 }
 
-double epilogue_cycles(const EpilogueMath& math, bool has_bias, uint64_t rows,
-                       uint64_t cols) {
-  using F = DeviceFigures;
-  const double simple = F::vector_cycles(rows, cols, 4);
+double epilogue_cycles(const DeviceFigures& f, const EpilogueMath& math,
+                       bool has_bias, uint64_t rows, uint64_t cols) {
+  const double simple = f.vector_cycles(rows, cols, 4);
   double total = 0;
   if (has_bias) total += 2 * simple;
   if (math.activation == Activation::kNone) return total + simple;
   const bool relu = math.activation == Activation::kRelu;
   return total + simple +
-         F::vector_cycles(rows, cols, 4, relu ? 1 : F::kTranscendentalFactor);
+         f.vector_cycles(rows, cols, 4,
+                         relu ? 1 : f.costs().vector_transcendental_factor);
 }
 
 }  // namespace detail
@@ -222,8 +223,10 @@ const char* activation_name(Activation act) {
   return "?";
 }
 
-double estimate_matmul_cycles(const MatmulShape& s, const MatmulPlan& p) {
-  using F = DeviceFigures;
+double estimate_matmul_cycles(const MatmulShape& s, const MatmulPlan& p,
+                              const rt::CostTable& costs) {
+  const DeviceFigures f(costs);
+  const rt::CostTable& c = costs;
   const uint64_t en = rt::elements_per_stick(s.c.dtype);
   const Split ms{s.m(), p.grid_m, m_quantum(s)}, ns{s.n(), p.grid_n, en};
   const uint64_t bm = std::min(ms.chunk(), s.m());
@@ -239,14 +242,14 @@ double estimate_matmul_cycles(const MatmulShape& s, const MatmulPlan& p) {
 
   // Matrix unit: tile-quantised MACs plus the fixed cost per instruction.
   const bool slow_b = s.b_transposed && !p.transpose_b_on_chip;
-  const double unit = F::kMmaTileM * static_cast<double>(b_quantum) *
-                      F::kMmaTileK / F::macs_per_cycle(s.a.dtype) *
-                      (slow_b ? F::kTransposedBFactor : 1);
+  const double unit = c.matmul_tile_m * static_cast<double>(b_quantum) *
+                      c.matmul_tile_k / f.macs_per_cycle(s.a.dtype) *
+                      (slow_b ? c.matmul_transposed_b_factor : 1);
   const double matrix =
-      per_group * (unit * quantised(bm, p.tile_m, F::kMmaTileM) *
+      per_group * (unit * quantised(bm, p.tile_m, c.matmul_tile_m) *
                        quantised(bn, p.tile_n, b_quantum) *
-                       quantised(k, p.tile_k, F::kMmaTileK) +
-                   F::kMatmulFixedCycles * nm * nn * nk);
+                       quantised(k, p.tile_k, c.matmul_tile_k) +
+                   c.matmul_fixed_cycles * nm * nn * nk);
 
   // The core's DMA engine: every K step loads an A and a B tile; every
   // output chunk is stored (full-size tiles: an upper bound).
@@ -256,8 +259,8 @@ double estimate_matmul_cycles(const MatmulShape& s, const MatmulPlan& p) {
   const uint64_t b_rows = s.b_transposed ? p.tile_n : p.tile_k;
   const uint64_t b_cols = s.b_transposed ? p.tile_k : p.tile_n;
   const double step_dma =
-      F::dma_cycles(tb.a, load_runs(s.a, a_rows, a_cols)) +
-      F::dma_cycles(std::max(tb.b, tb.bt), load_runs(s.b, b_rows, b_cols));
+      f.dma_cycles(tb.a, load_runs(s.a, a_rows, a_cols)) +
+      f.dma_cycles(std::max(tb.b, tb.bt), load_runs(s.b, b_rows, b_cols));
   const uint64_t store_rows = store_rows_of(p);
   const double chunks =
       nm * static_cast<double>(ceil_div(p.tile_m, store_rows));
@@ -266,17 +269,17 @@ double estimate_matmul_cycles(const MatmulShape& s, const MatmulPlan& p) {
   const double bias_loads = has_bias(s) && !bias_is_row_broadcast(s) ? 2 : 1;
   const double dma =
       per_group * (nm * nn * nk * step_dma +
-                   bias_loads * (out_bytes / F::kDmaBytesPerCycle +
-                                 nn * chunks * F::kDmaLatencyCycles));
+                   bias_loads * (out_bytes / c.dma_bytes_per_cycle +
+                                 nn * chunks * c.dma_latency_cycles));
 
   // Vector unit: epilogues, and B^T tiles transposed on chip.
   double vector = per_group * nn * chunks *
-                  detail::epilogue_cycles(epilogue_math(s), has_bias(s),
+                  detail::epilogue_cycles(f, epilogue_math(s), has_bias(s),
                                           store_rows, p.tile_n);
   if (p.transpose_b_on_chip) {
     vector += per_group * nm * nn * nk *
-              F::vector_cycles(p.tile_k, p.tile_n, rt::element_size(s.b.dtype),
-                               F::kVectorStridedFactor);
+              f.vector_cycles(p.tile_k, p.tile_n, rt::element_size(s.b.dtype),
+                              c.vector_strided_factor);
   }
 
   // Device memory, shared by all cores: A is read once per N tile of a
@@ -284,11 +287,13 @@ double estimate_matmul_cycles(const MatmulShape& s, const MatmulPlan& p) {
   // tile by each grid row; C written once.
   const double batches = static_cast<double>(s.batch_count());
   const double share_a =
-      p.share_reads ? static_cast<double>(ceil_div(p.grid_n, F::kMaxShare))
-                    : p.grid_n;
+      p.share_reads
+          ? static_cast<double>(ceil_div(p.grid_n, c.max_broadcast_cores))
+          : p.grid_n;
   const double share_b =
-      p.share_reads ? static_cast<double>(ceil_div(p.grid_m, F::kMaxShare))
-                    : p.grid_m;
+      p.share_reads
+          ? static_cast<double>(ceil_div(p.grid_m, c.max_broadcast_cores))
+          : p.grid_m;
   const double a_bytes = static_cast<double>(s.m()) *
                          padded_row_bytes(k, s.a.dtype) * nn * share_a;
   const double b_bytes = static_cast<double>(s.n()) *
@@ -296,13 +301,13 @@ double estimate_matmul_cycles(const MatmulShape& s, const MatmulPlan& p) {
   const double c_bytes = static_cast<double>(s.m()) *
                          padded_row_bytes(s.n(), s.c.dtype) * bias_loads;
   const double dram =
-      batches * (a_bytes + b_bytes + c_bytes) / F::kDramBytesPerCycle;
+      batches * (a_bytes + b_bytes + c_bytes) / c.dram_bytes_per_cycle();
 
   // The busiest resource sets the pace; the others overlap imperfectly.
   const double slowest = std::max({matrix, dma, vector, dram});
   const double others = matrix + dma + vector + dram - slowest;
-  const double prologue = F::dma_cycles(tb.a + tb.b + tb.bt, a_rows + b_rows);
-  const double tail = F::dma_cycles(tb.out_chunk, store_rows);
+  const double prologue = f.dma_cycles(tb.a + tb.b + tb.bt, a_rows + b_rows);
+  const double tail = f.dma_cycles(tb.out_chunk, store_rows);
   return slowest + 0.1 * others + prologue + tail;
 }
 
@@ -321,20 +326,17 @@ namespace {
 
 uint32_t cores_per_product(const MatmulShape& s, const MatmulOptions& o) {
   const uint64_t batches = s.batch_count();
-  return batches >= o.max_cores ? 1
-                                : static_cast<uint32_t>(o.max_cores / batches);
-}
-
-uint64_t budget_of(const MatmulOptions& o) {
-  return o.scratchpad_bytes - o.scratchpad_reserve;
+  return batches >= o.target.cores()
+             ? 1
+             : static_cast<uint32_t>(o.target.cores() / batches);
 }
 
 void set_grid(const MatmulShape& s, const MatmulOptions& o, MatmulPlan& p) {
   const uint64_t en = rt::elements_per_stick(s.c.dtype);
   p.block_m = Split{s.m(), p.grid_m, m_quantum(s)}.chunk();
   p.block_n = Split{s.n(), p.grid_n, en}.chunk();
-  p.groups = static_cast<uint32_t>(
-      std::min<uint64_t>(s.batch_count(), o.max_cores / (p.grid_m * p.grid_n)));
+  p.groups = static_cast<uint32_t>(std::min<uint64_t>(
+      s.batch_count(), o.target.cores() / (p.grid_m * p.grid_n)));
 }
 
 // Candidate tile sizes along one dimension: `steps` that are multiples of
@@ -357,16 +359,16 @@ std::vector<uint64_t> tile_candidates(uint64_t extent, uint64_t quantum,
 // Matrix-unit cycles of a bm x bn block with ideal tiles: a lower bound of
 // any plan with this grid.
 double matrix_lower_bound(const MatmulShape& s, const MatmulPlan& p,
-                          uint64_t bm, uint64_t bn) {
-  using F = DeviceFigures;
+                          uint64_t bm, uint64_t bn, const rt::CostTable& c) {
+  const DeviceFigures f(c);
   const uint64_t b_quantum = rt::elements_per_stick(s.b.dtype);
   const double per_group = static_cast<double>(
       ceil_div(s.batch_count(), std::max<uint32_t>(p.groups, 1)));
-  return per_group * F::kMmaTileM * static_cast<double>(b_quantum) *
-         F::kMmaTileK / F::macs_per_cycle(s.a.dtype) *
-         static_cast<double>(ceil_div(bm, F::kMmaTileM) *
+  return per_group * c.matmul_tile_m * static_cast<double>(b_quantum) *
+         c.matmul_tile_k / f.macs_per_cycle(s.a.dtype) *
+         static_cast<double>(ceil_div(bm, c.matmul_tile_m) *
                              ceil_div(bn, b_quantum) *
-                             ceil_div(s.k(), F::kMmaTileK));
+                             ceil_div(s.k(), c.matmul_tile_k));
 }
 
 MatmulPlan plan_naive(const MatmulShape& s, const MatmulOptions& o) {
@@ -384,12 +386,12 @@ MatmulPlan plan_naive(const MatmulShape& s, const MatmulOptions& o) {
   p.store_rows = 0;
   p.share_reads = false;
   p.transpose_b_on_chip = false;
-  if (tile_bytes(s, p).total() > budget_of(o)) {
+  if (tile_bytes(s, p).total() > o.target.scratchpad_budget()) {
     throw KernelBuildError(rt::str("matmul (naive lowering): the fixed ",
                                    p.tile_m, "x", p.tile_n, "x", p.tile_k,
                                    " tile does not fit the scratchpad"));
   }
-  p.estimated_cycles = estimate_matmul_cycles(s, p);
+  p.estimated_cycles = estimate_matmul_cycles(s, p, o.target.costs());
   return p;
 }
 
@@ -398,7 +400,7 @@ MatmulPlan plan_searched(const MatmulShape& s, const MatmulOptions& o) {
   const uint64_t ek = rt::elements_per_stick(s.a.dtype);
   const uint64_t qm = std::max<uint64_t>(m_quantum(s), 1);
   const uint32_t cores = cores_per_product(s, o);
-  const uint64_t budget = budget_of(o);
+  const uint64_t budget = o.target.scratchpad_budget();
   MatmulPlan best;
   best.estimated_cycles = std::numeric_limits<double>::infinity();
   for (uint32_t gm = 1; gm <= cores; ++gm) {
@@ -416,7 +418,9 @@ MatmulPlan plan_searched(const MatmulShape& s, const MatmulOptions& o) {
       const uint64_t bm = std::min(p.block_m, s.m());
       const uint64_t bn = std::min(p.block_n, s.n());
       // No tiling of this grid beats the matrix unit on its largest block.
-      if (matrix_lower_bound(s, p, bm, bn) >= best.estimated_cycles) continue;
+      if (matrix_lower_bound(s, p, bm, bn, o.target.costs()) >=
+          best.estimated_cycles)
+        continue;
       for (uint64_t tm : tile_candidates(
                bm, qm, {16, 32, 64, 128, 192, 256, 384, 512}, 512)) {
         for (uint64_t tn :
@@ -428,7 +432,7 @@ MatmulPlan plan_searched(const MatmulShape& s, const MatmulOptions& o) {
             p.tile_k = std::min(tk, s.k());
             p.store_rows = std::min<uint64_t>(p.tile_m, 64);
             if (tile_bytes(s, p).total() > budget) continue;
-            p.estimated_cycles = estimate_matmul_cycles(s, p);
+            p.estimated_cycles = estimate_matmul_cycles(s, p, o.target.costs());
             if (p.estimated_cycles < best.estimated_cycles) best = p;
           }
         }
@@ -649,10 +653,11 @@ rt::Program build_matmul(const MatmulShape& s, const MatmulPlan& p,
                          const MatmulOptions& options) {
   check_shapes(s);
   const uint32_t product_cores = p.grid_m * p.grid_n;
-  if (product_cores * std::max<uint32_t>(p.groups, 1) > options.max_cores) {
+  if (product_cores * std::max<uint32_t>(p.groups, 1) >
+      options.target.cores()) {
     throw KernelBuildError(rt::str("matmul plan ", p.describe(), " needs ",
                                    product_cores * p.groups, " cores, only ",
-                                   options.max_cores, " available"));
+                                   options.target.cores(), " available"));
   }
   if (p.tile_m == 0 || p.tile_n == 0 || p.tile_k == 0) {
     throw KernelBuildError("matmul plan has an empty tile: use plan_matmul");
@@ -663,7 +668,8 @@ rt::Program build_matmul(const MatmulShape& s, const MatmulPlan& p,
   }
   ProgramBuilder builder(rt::str(s.batch_count() > 1 ? "bmm_" : "matmul_",
                                  s.m(), "x", s.k(), "x", s.n()),
-                         options.max_cores, budget_of(options));
+                         options.target.cores(),
+                         options.target.scratchpad_budget());
   builder.add_arg("a", s.a.dtype, s.a.bytes(), false);
   builder.add_arg("b", s.b.dtype, s.b.bytes(), false);
   builder.add_arg("c", s.c.dtype, s.c.bytes(), true);

@@ -10,35 +10,30 @@
 
 namespace spyre::kernels::detail {
 
-// Figures for plan selection only, mirroring the emulator's timing table
-// (sim_backend/include/spyre/sim/timing_table.h, sim-timing-2); the device's
-// own model is the authority on modelled time.
-struct DeviceFigures {
-  static constexpr double kMatmulFixedCycles = 32;  // per MatMul instruction
-  static constexpr uint32_t kMmaTileM = 16;         // rows per array pass
-  static constexpr uint32_t kMmaTileK = 8;          // systolic depth
-  static constexpr double kTransposedBFactor = 3.5;
-  static constexpr double kVectorBytesPerCycle = 512;
-  static constexpr double kVectorFixedCycles = 16;
-  static constexpr double kVectorStridedFactor = 4;
-  static constexpr double kTranscendentalFactor = 2;
-  static constexpr double kDmaBytesPerCycle = 64;  // per core
-  static constexpr double kDmaLatencyCycles = 300;
-  static constexpr double kDramBytesPerCycle = 204.8 / 1.5;  // all cores
-  static constexpr uint32_t kMaxShare = 8;  // cores per broadcast read
-  static double macs_per_cycle(rt::DType dtype);
+// The device's cost table, as plan selection asks it: estimated cycles of
+// the instructions a plan would emit. The device's own model is the
+// authority on modelled time; these only rank plans.
+class DeviceFigures {
+ public:
+  explicit DeviceFigures(const rt::CostTable& costs) : c_(costs) {}
+  const rt::CostTable& costs() const { return c_; }
+
+  double macs_per_cycle(rt::DType dtype) const;
   // Cycles of one MatMul instruction of m x n x k (tile-quantised).
-  static double matmul_cycles(uint64_t m, uint64_t n, uint64_t k,
-                              rt::DType dtype, bool transposed_b = false);
+  double matmul_cycles(uint64_t m, uint64_t n, uint64_t k, rt::DType dtype,
+                       bool transposed_b = false) const;
   // Cycles of a vector instruction over rows x cols of `width`-byte
   // elements; `factor` for transcendental or strided access.
-  static double vector_cycles(uint64_t rows, uint64_t cols, uint32_t width,
-                              double factor = 1);
+  double vector_cycles(uint64_t rows, uint64_t cols, uint32_t width,
+                       double factor = 1) const;
   // Cycles a core's DMA engine is busy with one transfer.
-  static double dma_cycles(uint64_t bytes, uint64_t runs) {
-    return static_cast<double>(bytes) / kDmaBytesPerCycle +
-           static_cast<double>(runs) + kDmaLatencyCycles;
+  double dma_cycles(uint64_t bytes, uint64_t runs) const {
+    return static_cast<double>(bytes) / c_.dma_bytes_per_cycle +
+           static_cast<double>(runs) + c_.dma_latency_cycles;
   }
+
+ private:
+  const rt::CostTable& c_;
 };
 
 rt::VecOp activation_op(Activation act);
@@ -72,7 +67,7 @@ struct EpilogueMath {
 void emit_epilogue_math(CoreBuilder& core, const EpilogueMath& math,
                         rt::Tile acc, rt::Tile out, const rt::Tile* bias,
                         uint32_t rows, uint32_t cols);
-double epilogue_cycles(const EpilogueMath& math, bool has_bias, uint64_t rows,
-                       uint64_t cols);
+double epilogue_cycles(const DeviceFigures& f, const EpilogueMath& math,
+                       bool has_bias, uint64_t rows, uint64_t cols);
 
 }  // namespace spyre::kernels::detail

@@ -82,10 +82,10 @@ std::string MlpPlan::describe() const {
 
 MlpPlan plan_mlp(const MlpShape& s, const MlpOptions& o) {
   check_shape(s);
-  const uint64_t budget = o.scratchpad_bytes - o.scratchpad_reserve;
+  const uint64_t budget = o.target.scratchpad_budget();
   const uint64_t e = rt::elements_per_stick(s.x.dtype);
   MlpPlan p;
-  const Split rows{s.m(), o.max_cores, kRowQuantum};
+  const Split rows{s.m(), o.target.cores(), kRowQuantum};
   p.cores = rows.used_parts();
   p.block_m = std::min(rows.chunk(), s.m());
   p.tile_n = std::min<uint64_t>(256, round_up(std::max(s.h(), s.e()), e));
@@ -125,14 +125,17 @@ struct Step {
 
 class MlpEmitter {
  public:
+  // Cores are grouped by `broadcast_cores`, the cores one broadcast read
+  // can serve on the target chip.
   MlpEmitter(ProgramBuilder& builder, uint32_t core_id, const MlpShape& s,
-             const MlpPlan& p, std::map<std::array<uint64_t, 6>, uint32_t>& ids)
+             const MlpPlan& p, std::map<std::array<uint64_t, 6>, uint32_t>& ids,
+             uint32_t broadcast_cores)
       : builder_(builder),
         core_(builder.core(core_id)),
         s_(s),
         p_(p),
         ids_(ids),
-        group_(core_id / detail::DeviceFigures::kMaxShare) {
+        group_(core_id / broadcast_cores) {
     reserve();
   }
 
@@ -303,14 +306,13 @@ class MlpEmitter {
 rt::Program build_mlp(const MlpShape& s, const MlpPlan& p,
                       const MlpOptions& o) {
   check_shape(s);
-  if (p.cores == 0 || p.cores > o.max_cores || p.pass_m == 0 || p.tile_n == 0 ||
-      p.tile_k == 0) {
+  if (p.cores == 0 || p.cores > o.target.cores() || p.pass_m == 0 ||
+      p.tile_n == 0 || p.tile_k == 0) {
     throw KernelBuildError("mlp plan is empty or too wide: use plan_mlp");
   }
   ProgramBuilder builder(rt::str("mlp_", s.m(), "x", s.d(), "x", s.h(), "x",
                                  s.e(), "_", activation_name(s.activation)),
-                         o.max_cores,
-                         o.scratchpad_bytes - o.scratchpad_reserve);
+                         o.target.cores(), o.target.scratchpad_budget());
   builder.add_arg("x", s.x.dtype, s.x.bytes(), false);
   builder.add_arg("w_up", s.x.dtype, s.w_up.bytes(), false);
   builder.add_arg("w_down", s.x.dtype, s.w_down.bytes(), false);
@@ -321,7 +323,9 @@ rt::Program build_mlp(const MlpShape& s, const MlpPlan& p,
   std::map<std::array<uint64_t, 6>, uint32_t> share_ids;
   for (uint32_t c = 0; c < p.cores; ++c) {
     if (rows.size(c) == 0) continue;
-    MlpEmitter(builder, c, s, p, share_ids).emit(rows.begin(c), rows.size(c));
+    MlpEmitter(builder, c, s, p, share_ids,
+               o.target.costs().max_broadcast_cores)
+        .emit(rows.begin(c), rows.size(c));
   }
   return std::move(builder).finish();
 }

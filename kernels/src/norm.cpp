@@ -41,8 +41,8 @@ void check(const NormShape& s, const NormOptions& o) {
 
 rt::Program build_norm(const NormShape& s, const NormOptions& o) {
   check(s, o);
-  const uint32_t budget = o.scratchpad_bytes - o.scratchpad_reserve;
-  ProgramBuilder builder(o.rms ? "rms_norm" : "layer_norm", o.max_cores,
+  const uint32_t budget = o.target.scratchpad_budget();
+  ProgramBuilder builder(o.rms ? "rms_norm" : "layer_norm", o.target.cores(),
                          budget);
   builder.add_arg("input", s.in.dtype, s.in.bytes(), false);
   builder.add_arg("output", s.out.dtype, s.out.bytes(), true);
@@ -63,7 +63,7 @@ rt::Program build_norm(const NormShape& s, const NormOptions& o) {
   stats_shape.rows = s.in.rows / inner;
   const rt::DType stats_t = s.rstd ? s.rstd->dtype : s.in.dtype;
   const std::vector<RowChunk> chunks = row_chunks(
-      stats_shape, rt::elements_per_stick(stats_t), o.max_cores, 256);
+      stats_shape, rt::elements_per_stick(stats_t), o.target.cores(), 256);
   const uint64_t widest = widest_chunk(chunks);
   const uint32_t cols = static_cast<uint32_t>(s.in.cols);
   const uint32_t in_pitch = padded_row_bytes(cols, s.in.dtype);

@@ -6,6 +6,20 @@
 
 namespace spyre::kernels {
 
+uint32_t Target::cores() const {
+  if (chip.num_cores == 0 || chip.scratchpad_bytes <= chip.scratchpad_reserve) {
+    throw KernelBuildError(
+        "no device to plan for: set the builder's target chip from the "
+        "device's properties (rt::DeviceProperties::chip)");
+  }
+  return max_cores == 0 ? chip.num_cores : std::min(max_cores, chip.num_cores);
+}
+
+uint32_t Target::scratchpad_budget() const {
+  cores();  // checks that a chip was given
+  return chip.scratchpad_budget();
+}
+
 CoreBuilder::CoreBuilder(uint32_t core, uint32_t scratchpad_limit)
     : limit_(scratchpad_limit) {
   program_.core = core;

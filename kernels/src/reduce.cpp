@@ -57,7 +57,7 @@ void check_dtypes(const Matrix& in, const Matrix& out, ReduceOp op) {
 ProgramBuilder reduce_program(const char* layout, const Matrix& in,
                               const Matrix& out, ReduceOp op,
                               const ReduceOptions& o, uint32_t budget) {
-  ProgramBuilder builder(rt::str(reduce_op_name(op), layout), o.max_cores,
+  ProgramBuilder builder(rt::str(reduce_op_name(op), layout), o.target.cores(),
                          budget);
   builder.add_arg("in", in.dtype, in.bytes(), false);
   builder.add_arg("out", out.dtype, out.bytes(), true);
@@ -188,13 +188,14 @@ rt::Program build_reduce_along_sticks(const Matrix& in, const Matrix& out,
                 " (in's rows by its innermost row dimension), got ", out.rows,
                 " x ", out.cols));
   }
-  const uint32_t budget = o.scratchpad_bytes - o.scratchpad_reserve;
+  const uint32_t budget = o.target.scratchpad_budget();
   const rt::DType acc_t = acc_dtype(in, op);
   const uint64_t ei = in.elements_per_stick();
   const uint64_t eo = out.elements_per_stick();
   // Rows of one item: at most 512; columns of one tile: the whole row, or
   // halves of it (whole sticks) when it does not fit.
-  const std::vector<RowChunk> items = row_chunks(out, eo, o.max_cores, 512);
+  const std::vector<RowChunk> items =
+      row_chunks(out, eo, o.target.cores(), 512);
   const uint64_t max_rows = widest_chunk(items);
   uint64_t tr = max_rows;
   uint64_t tc = round_up(in.cols, ei);
@@ -251,13 +252,13 @@ rt::Program build_reduce_along_rows(const Matrix& in, const Matrix& out,
                                    " x ", in.cols, ", got ", out.rows, " x ",
                                    out.cols));
   }
-  const uint32_t budget = o.scratchpad_bytes - o.scratchpad_reserve;
+  const uint32_t budget = o.target.scratchpad_budget();
   const rt::DType acc_t = acc_dtype(in, op);
   const uint64_t ei = in.elements_per_stick();
   const uint64_t eo = out.elements_per_stick();
   const uint64_t quantum = std::lcm(ei, eo);
   const std::vector<RowChunk> items =
-      row_chunks(out, quantum, o.max_cores, 512);
+      row_chunks(out, quantum, o.target.cores(), 512);
   const uint64_t cc = widest_chunk(items);
   const uint32_t pitch = padded_row_bytes(cc, in.dtype);
   const uint64_t fixed = 2 * rt::round_up_to_sticks(cc * 8);

@@ -8,17 +8,6 @@ namespace spyre::kernels {
 namespace {
 
 constexpr uint64_t kStick = rt::kStickBytes;
-// Received pieces are transposed in groups spanning this many bytes of a
-// dst row: the vector unit then runs full-width rows (its 512 bytes a cycle
-// in the timing table), and only one group is left to transpose after the
-// final piece arrives.
-constexpr uint64_t kBytesPerTransposeRow = 512;
-// Ring figures of the timing table (sim-timing-2), used only to order each
-// core's ring instructions: ~12 cycles a hop, 128 bytes a cycle, ~8 cycles
-// to start a send.
-constexpr uint64_t kHopCycles = 12;
-constexpr uint64_t kSendFixedCycles = 8;
-constexpr uint64_t kRingBytesPerCycle = 128;
 // A receive waits in the core's ring queue, holding up its later sends, so
 // it goes in this long after its piece would land if every core left the
 // barrier together: they leave up to ~180 cycles apart on 32 cores. 150 was
@@ -109,6 +98,11 @@ std::vector<uint32_t> exchange_steps(uint32_t cores, uint32_t per_group) {
 
 void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
   const uint32_t n = p.cores;
+  // Cycles to send one stick of `rows` rows (the target's ring figures).
+  auto send_cycles = [&p](uint64_t rows) {
+    return p.costs.ring_send_fixed_cycles +
+           ceil_div(rows * kStick, p.costs.ring_bytes_per_cycle);
+  };
   const uint64_t e = rt::elements_per_stick(p.dtype);
   // channel[i][j] is the first of sticks(bc_j) channels for piece (i, j).
   std::vector<std::vector<uint32_t>> channel(n, std::vector<uint32_t>(n));
@@ -122,10 +116,13 @@ void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
   }
   // Source cores per transposed group: a power of two, so that groups are
   // aligned to the exchange's xor steps.
+  // Received pieces are transposed in groups spanning as many bytes of a dst
+  // row as the vector unit takes a cycle: it then runs full-width rows, and
+  // only one group is left to transpose after the final piece arrives.
   uint32_t per_group = 1;
   while (2 * per_group * std::max<uint64_t>(p.row_blocks.chunk(), 1) *
              rt::element_size(p.dtype) <=
-         kBytesPerTransposeRow) {
+         p.costs.vector_bytes_per_cycle) {
     per_group *= 2;
   }
   const std::vector<uint32_t> steps = exchange_steps(n, per_group);
@@ -173,18 +170,15 @@ void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
       uint64_t piece_cycles = 0;
       if (br > 0 && bcj > 0) {
         for (uint64_t s = 0; s < sticks(bcj, p.dtype); ++s) {
-          piece_cycles +=
-              kSendFixedCycles + ceil_div(br * kStick, kRingBytesPerCycle);
+          piece_cycles += send_cycles(br);
         }
       }
       if (brj > 0 && bc > 0) {
-        const uint64_t theirs =
-            my_sticks *
-            (kSendFixedCycles + ceil_div(brj * kStick, kRingBytesPerCycle));
-        receives.push_back({clock + theirs +
-                                kHopCycles * ring_distance(i, j, n) +
-                                kReceiveMarginCycles,
-                            j});
+        const uint64_t theirs = my_sticks * send_cycles(brj);
+        receives.push_back(
+            {clock + theirs + p.costs.ring_hop_cycles * ring_distance(i, j, n) +
+                 kReceiveMarginCycles,
+             j});
       }
       clock += piece_cycles;
     }
@@ -218,7 +212,7 @@ void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
         core.emit(rt::RingSend{u32(channel[i][j] + s), j,
                                u32(p.src + stick * br * kStick),
                                u32(br * kStick)});
-        clock += kSendFixedCycles + ceil_div(br * kStick, kRingBytesPerCycle);
+        clock += send_cycles(br);
       }
     }
     receive_until(~uint64_t{0});
@@ -337,14 +331,15 @@ RelayoutPlacement plan_relayout(ProgramBuilder& builder, uint64_t rows,
   p.rows = rows;
   p.cols = cols;
   p.dtype = dtype;
-  const uint32_t cores = std::min(o.max_cores, builder.num_cores());
+  p.costs = o.target.costs();
+  const uint32_t cores = std::min(o.target.cores(), builder.num_cores());
   p.cores = std::max(Split{rows, cores, e}.used_parts(),
                      Split{cols, cores, e}.used_parts());
   p.row_blocks = Split{rows, p.cores, e};
   p.col_blocks = Split{cols, p.cores, e};
   p.dst_pitch = padded_row_bytes(rows, dtype);
   const uint64_t need = p.src_bytes() + p.dst_bytes() + p.staging_bytes();
-  const uint64_t budget = o.scratchpad_bytes - o.scratchpad_reserve;
+  const uint64_t budget = o.target.scratchpad_budget();
   if (need > budget) {
     throw KernelBuildError(rt::str("restickify of ", rows, "x", cols, " over ",
                                    p.cores, " cores needs ", need,
@@ -408,8 +403,7 @@ rt::Program build_restickify(const Matrix& in, const Matrix& out,
   check_matrices(in, out);
   ProgramBuilder builder(rt::str("restickify_", in.rows, "x", in.cols, "_",
                                  relayout_path_name(o.path)),
-                         o.max_cores,
-                         o.scratchpad_bytes - o.scratchpad_reserve);
+                         o.target.cores(), o.target.scratchpad_budget());
   builder.add_arg("in", in.dtype, in.bytes(), false);
   builder.add_arg("out", out.dtype, out.bytes(), true);
   uint32_t scratch = 0;

@@ -105,7 +105,7 @@ static uint64_t stats_region_bytes(const Matrix& in, uint32_t cores) {
 }
 
 uint64_t softmax_stats_bytes(const Matrix& in, const SoftmaxOptions& o) {
-  return stats_region_bytes(in, o.max_cores) * o.max_cores;
+  return stats_region_bytes(in, o.target.cores()) * o.target.cores();
 }
 
 rt::Program build_softmax(const Matrix& in, const Matrix& out,
@@ -117,17 +117,17 @@ rt::Program build_softmax(const Matrix& in, const Matrix& out,
     throw KernelBuildError(
         "softmax needs a floating-point input and an output of the same dtype");
   }
-  const uint32_t budget = o.scratchpad_bytes - o.scratchpad_reserve;
-  ProgramBuilder builder(o.log ? "log_softmax" : "softmax", o.max_cores,
+  const uint32_t budget = o.target.scratchpad_budget();
+  ProgramBuilder builder(o.log ? "log_softmax" : "softmax", o.target.cores(),
                          budget);
   builder.add_arg("input", in.dtype, in.bytes(), false);
   builder.add_arg("output", out.dtype, out.bytes(), true);
   const bool dram = o.schedule == SoftmaxSchedule::kStatsThroughDram;
   const bool resident = o.schedule == SoftmaxSchedule::kResident;
   if (dram) builder.add_arg("stats", kF32, softmax_stats_bytes(in, o), false);
-  const uint64_t stats_region = stats_region_bytes(in, o.max_cores);
+  const uint64_t stats_region = stats_region_bytes(in, o.target.cores());
 
-  const Split rows{in.rows, o.max_cores, 1};
+  const Split rows{in.rows, o.target.cores(), 1};
   for (uint32_t c = 0; c < rows.used_parts(); ++c) {
     const uint64_t r0 = rows.begin(c), nr = rows.size(c);
     const uint32_t tr = tile_rows_that_fit(in, budget, resident, nr);

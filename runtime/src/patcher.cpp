@@ -161,7 +161,7 @@ void LoadedProgram::verify(std::span<const ArgBinding> args,
               ") relative to its allocation of ", size, " bytes"));
     }
   }
-  const uint32_t scratchpad = device_.properties().scratchpad_bytes;
+  const uint32_t scratchpad = device_.properties().chip.scratchpad_bytes;
   for (size_t c = 0; c < program_.cores.size(); ++c) {
     check(program_.cores[c].scratchpad_bytes <= scratchpad,
           ErrorCode::kVerifyError, "program '", program_.name, "': core ", c,

@@ -104,8 +104,8 @@ class Launch {
         channels_(exe.channels.size()) {
     for (const DecodedCore& core : exe.cores) {
       auto& pad = pads.cores.at(core.core);
-      if (!pad) pad = std::make_unique<uint8_t[]>(kScratchpadBytes);
-      spads_.emplace_back(pad.get(), kScratchpadBytes);
+      if (!pad) pad = std::make_unique<uint8_t[]>(pads.bytes);
+      spads_.emplace_back(pad.get(), pads.bytes);
     }
   }
 
@@ -210,10 +210,11 @@ class Launch {
   }
 
   void check_spad(size_t c, int64_t lo, int64_t hi, const char* what) const {
-    rt::check(lo >= 0 && hi <= static_cast<int64_t>(kScratchpadBytes),
+    const size_t bytes = spads_[c].size();
+    rt::check(lo >= 0 && hi <= static_cast<int64_t>(bytes),
               rt::ErrorCode::kDeviceError, "sim: ", what, " at ", where(c),
-              " reaches scratchpad bytes [", lo, ", ", hi,
-              ") outside the 2 MiB scratchpad");
+              " reaches scratchpad bytes [", lo, ", ", hi, ") outside the ",
+              bytes, "-byte scratchpad");
   }
 
   void transfer(size_t c, const DecodedInst& d, const rt::StickTransfer& x,

@@ -65,6 +65,7 @@ TEST(ElementwiseKernel, StepsOverStickColumnsMatchReference) {
   // out = a + 2.5 * b[row 3] (b broadcast along rows), in one launch with an
   // fp32 temporary.
   ElementwiseKernel k;
+  k.target = sim_target();
   k.name = "axpy";
   k.shape = {kRows, kCols};
   k.inputs = {matrix_operand(), matrix_operand()};
@@ -75,7 +76,7 @@ TEST(ElementwiseKernel, StepsOverStickColumnsMatchReference) {
              kernels::binary_step(VecOp::kAdd, 0, 2, DType::kFloat32)};
   for (uint32_t cores : {1u, 7u, 32u}) {
     SCOPED_TRACE(cores);
-    k.max_cores = cores;
+    k.target = sim_target(cores);
     const rt::Program program = kernels::build_elementwise(k);
     auto device = small_device();
     Buffers buffers(*device, program);
@@ -99,6 +100,7 @@ TEST(ElementwiseKernel, OutputViewKeepsItsNeighboursInSharedSticks) {
   // out[1:4, 3:63] = -x[0:3, 40:100] + col(7): output columns start inside a
   // stick and end inside one, so its sticks are read before being written.
   ElementwiseKernel k;
+  k.target = sim_target();
   k.name = "view";
   k.shape = {3, 60};
   StickOperand x = matrix_operand();
@@ -115,7 +117,7 @@ TEST(ElementwiseKernel, OutputViewKeepsItsNeighboursInSharedSticks) {
   k.output_read_modify_write = true;
   k.steps = {kernels::unary_step(VecOp::kNeg, 0, DType::kFloat32),
              kernels::binary_step(VecOp::kAdd, 2, 1, DType::kFloat32)};
-  k.max_cores = 32;
+  k.target = sim_target(32);
   const rt::Program program = kernels::build_elementwise(k);
   auto device = small_device();
   Buffers buffers(*device, program);
@@ -142,12 +144,13 @@ TEST(ElementwiseKernel, RandomDrawsDoNotDependOnTheCoreSplit) {
   std::vector<uint8_t> first;
   for (uint32_t cores : {1u, 5u, 32u}) {
     ElementwiseKernel k;
+    k.target = sim_target();
     k.name = "rand";
     k.shape = {kRows, kCols};
     k.output = matrix_operand();
     k.steps = {kernels::random_step(rt::RandDist::kNormal, 0, 1, 42, 1000,
                                     DType::kFloat32)};
-    k.max_cores = cores;
+    k.target = sim_target(cores);
     const rt::Program program = kernels::build_elementwise(k);
     auto device = small_device();
     Buffers buffers(*device, program);
@@ -169,6 +172,7 @@ TEST(ElementwiseKernel, RandomDrawsDoNotDependOnTheCoreSplit) {
 
 TEST(ElementwiseKernel, KeysDifferWhenPlacementsDo) {
   ElementwiseKernel k;
+  k.target = sim_target();
   k.shape = {kRows, kCols};
   k.inputs = {matrix_operand()};
   k.output = matrix_operand();

@@ -28,7 +28,7 @@ Matrix default_3d(uint64_t d0, uint64_t d1, uint64_t d2, DType t) {
 }
 
 void check_gather(const kernels::GatherShape& s, uint64_t table_rows) {
-  const rt::Program program = kernels::build_gather(s, {});
+  const rt::Program program = kernels::build_gather(s, {sim_target()});
   std::vector<Image> images{Image(s.table.bytes()), Image(s.index.bytes()),
                             Image(s.out.bytes())};
   std::mt19937 rng(11);
@@ -96,7 +96,7 @@ TEST(GatherBuilderErrors, OutOfRangeIndexIsADeviceError) {
   kernels::GatherShape s{Matrix::stick_columns(10, 64, t),
                          Matrix::strided(DType::kInt64, 0, {}, 3, kStick),
                          Matrix::stick_columns(3, 64, t)};
-  const rt::Program program = kernels::build_gather(s, {});
+  const rt::Program program = kernels::build_gather(s, {sim_target()});
   std::vector<Image> images{Image(s.table.bytes()), Image(s.index.bytes()),
                             Image(s.out.bytes())};
   images[1].put(s.index, 0, 0, 1, 10);
@@ -108,7 +108,8 @@ TEST(GatherBuilderErrors, OutOfRangeIndexIsADeviceError) {
     EXPECT_EQ(e.code(), rt::ErrorCode::kDeviceError) << e.what();
   }
   s.index.dtype = DType::kFloat32;
-  EXPECT_THROW(kernels::build_gather(s, {}), kernels::KernelBuildError);
+  EXPECT_THROW(kernels::build_gather(s, {sim_target()}),
+               kernels::KernelBuildError);
 }
 
 }  // namespace

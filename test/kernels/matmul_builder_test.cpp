@@ -57,9 +57,9 @@ double reference(const MatmulShape& s, Operands& ops, uint64_t batch,
   return acc;
 }
 
-void check_matmul(const MatmulShape& s, uint32_t max_cores = 32) {
+void check_matmul(const MatmulShape& s, uint32_t max_cores = 0) {
   kernels::MatmulOptions options;
-  options.max_cores = max_cores;
+  options.target = sim_target(max_cores);
   const kernels::MatmulPlan plan = kernels::plan_matmul(s, options);
   SCOPED_TRACE(plan.describe());
   const rt::Program program = kernels::build_matmul(s, plan, options);
@@ -178,6 +178,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MatmulBuilder,
 TEST(MatmulBuilderErrors, ShapesAndBiasMustAgree) {
   const DType t = DType::kFloat16;
   kernels::MatmulOptions o;
+  o.target = sim_target();
   EXPECT_THROW(kernels::plan_matmul({Matrix::stick_columns(4, 5, t),
                                      Matrix::stick_columns(6, 7, t),
                                      Matrix::stick_columns(4, 7, t)},

@@ -54,9 +54,9 @@ std::vector<double> dense(Image& image, const Matrix& m) {
 // Runs the shape with `lowering` and checks every element of C.
 void check_epilogue(const MatmulShape& s,
                     MatmulLowering lowering = MatmulLowering::kPlanned,
-                    uint32_t max_cores = 32) {
+                    uint32_t max_cores = 0) {
   kernels::MatmulOptions options;
-  options.max_cores = max_cores;
+  options.target = sim_target(max_cores);
   options.lowering = lowering;
   const kernels::MatmulPlan plan = kernels::plan_matmul(s, options);
   SCOPED_TRACE(plan.describe());
@@ -209,7 +209,8 @@ TEST(MatmulEpilogueErrors, ActivationNeedsFloatingOutput) {
   MatmulShape s{Matrix::stick_columns(4, 5, t), Matrix::stick_columns(5, 7, t),
                 Matrix::stick_columns(4, 7, DType::kInt32)};
   s.activation = Activation::kRelu;
-  EXPECT_THROW(kernels::plan_matmul(s, {}), kernels::KernelBuildError);
+  EXPECT_THROW(kernels::plan_matmul(s, {sim_target()}),
+               kernels::KernelBuildError);
 }
 
 TEST(MatmulEpilogueErrors, ScratchpadTooSmallIsACompileError) {
@@ -218,7 +219,8 @@ TEST(MatmulEpilogueErrors, ScratchpadTooSmallIsACompileError) {
                 Matrix::stick_columns(64, 64, t),
                 Matrix::stick_columns(64, 64, t)};
   kernels::MatmulOptions o;
-  o.scratchpad_bytes = (64u << 10) + 4096;  // 4 KiB above the reserve
+  o.target = sim_target();
+  o.target.chip.scratchpad_bytes = o.target.chip.scratchpad_reserve + 4096;
   try {
     kernels::plan_matmul(s, o);
     FAIL() << "a plan was found for a 4 KiB scratchpad";
@@ -240,8 +242,9 @@ TEST(MatmulPlanner, PlannedEstimateBeatsNaive) {
                   Matrix::stick_columns(k, n, t),
                   Matrix::stick_columns(m, n, t)};
     kernels::MatmulOptions naive_options;
+    naive_options.target = sim_target();
     naive_options.lowering = MatmulLowering::kNaive;
-    const auto planned = kernels::plan_matmul(s, {});
+    const auto planned = kernels::plan_matmul(s, {sim_target()});
     const auto naive = kernels::plan_matmul(s, naive_options);
     EXPECT_LT(planned.estimated_cycles, naive.estimated_cycles)
         << m << "x" << k << "x" << n << ": " << planned.describe() << " vs "

@@ -124,9 +124,9 @@ void check_output(const MlpShape& s, Inputs& in, Image& y_image) {
   }
 }
 
-void check_fused(const MlpShape& s, uint32_t max_cores = 32) {
+void check_fused(const MlpShape& s, uint32_t max_cores = 0) {
   kernels::MlpOptions options;
-  options.max_cores = max_cores;
+  options.target = sim_target(max_cores);
   const kernels::MlpPlan plan = kernels::plan_mlp(s, options);
   SCOPED_TRACE(plan.describe());
   const rt::Program program = kernels::build_mlp(s, plan, options);
@@ -143,10 +143,10 @@ void check_unfused(const MlpShape& s) {
   Inputs in = random_inputs(s);
   // Slots of the two programs: up (x, w_up, h, b_up), down (h, w_down, y,
   // b_down); h is one device buffer shared by both.
-  const rt::Program up =
-      kernels::build_matmul(u.up, kernels::plan_matmul(u.up, {}), {});
-  const rt::Program down =
-      kernels::build_matmul(u.down, kernels::plan_matmul(u.down, {}), {});
+  const rt::Program up = kernels::build_matmul(
+      u.up, kernels::plan_matmul(u.up, {sim_target()}), {sim_target()});
+  const rt::Program down = kernels::build_matmul(
+      u.down, kernels::plan_matmul(u.down, {sim_target()}), {sim_target()});
   std::vector<Image> up_images = {in.images[0], in.images[1],
                                   Image(u.h.bytes())};
   if (s.b_up) up_images.push_back(in.images[4]);
@@ -178,11 +178,13 @@ TEST_P(MlpBuilder, SeveralPassesNoBias) {
   const auto [t, act, tr] = GetParam();
   MlpShape s = make_shape(96, 64, 520, 130, t, tr, false, act);
   kernels::MlpOptions options;
-  options.max_cores = 2;
+  options.target = sim_target(2);
   kernels::MlpPlan plan;
-  for (options.scratchpad_bytes = 64u << 10;;
-       options.scratchpad_bytes += 4096) {
-    ASSERT_LT(options.scratchpad_bytes, 2u << 20);
+  // The smallest scratchpad (4 KiB steps above the reserve) a plan fits.
+  rt::ChipFigures& chip = options.target.chip;
+  for (chip.scratchpad_bytes = chip.scratchpad_reserve + 4096;;
+       chip.scratchpad_bytes += 4096) {
+    ASSERT_LT(chip.scratchpad_bytes, sim_target().chip.scratchpad_bytes);
     try {
       plan = kernels::plan_mlp(s, options);
       break;
@@ -225,11 +227,11 @@ TEST(MlpBuilderErrors, ShapesMustAgree) {
   MlpShape s = make_shape(8, 16, 32, 16, DType::kFloat16, false, true,
                           Activation::kGelu);
   s.w_down = Matrix::stick_columns(31, 16, DType::kFloat16);
-  EXPECT_THROW(kernels::plan_mlp(s, {}), kernels::KernelBuildError);
+  EXPECT_THROW(kernels::plan_mlp(s, {sim_target()}), kernels::KernelBuildError);
   s = make_shape(8, 16, 32, 16, DType::kFloat16, false, true,
                  Activation::kGelu);
   s.b_up = Matrix::row_major(2, 32, DType::kFloat16);
-  EXPECT_THROW(kernels::plan_mlp(s, {}), kernels::KernelBuildError);
+  EXPECT_THROW(kernels::plan_mlp(s, {sim_target()}), kernels::KernelBuildError);
 }
 
 TEST(MlpBuilderErrors, IntermediateTooWideIsACompileError) {
@@ -237,7 +239,7 @@ TEST(MlpBuilderErrors, IntermediateTooWideIsACompileError) {
   MlpShape s = make_shape(16, 64, 65536, 64, DType::kFloat16, false, false,
                           Activation::kRelu);
   try {
-    kernels::plan_mlp(s, {});
+    kernels::plan_mlp(s, {sim_target()});
     FAIL() << "a plan was found";
   } catch (const kernels::KernelBuildError& e) {
     EXPECT_NE(std::string(e.what()).find("two matmuls"), std::string::npos)

@@ -41,6 +41,7 @@ void check_norm(DType t, bool rms, bool weight, bool bias, bool stats) {
     s.rstd = Matrix::stick_columns(d0, d1, t);
   }
   kernels::NormOptions o;
+  o.target = sim_target();
   o.rms = rms;
   o.eps = 1e-5;
   const rt::Program program = kernels::build_norm(s, o);
@@ -120,6 +121,7 @@ TEST(NormBuilderErrors, RmsHasNoBiasAndWeightMustMatch) {
   s.in = s.out = Matrix::stick_columns(4, 10, DType::kFloat16);
   s.bias = vector_of(10, DType::kFloat16);
   kernels::NormOptions o;
+  o.target = sim_target();
   o.rms = true;
   EXPECT_THROW(kernels::build_norm(s, o), kernels::KernelBuildError);
   s.bias.reset();

@@ -56,6 +56,7 @@ void check(const Matrix& in, Matrix out, ReduceOp op, bool along_rows,
   SCOPED_TRACE(kernels::reduce_op_name(op));
   if (kernels::is_arg_reduction(op)) out.dtype = DType::kInt64;
   kernels::ReduceOptions o;
+  o.target = sim_target();
   o.scale = kernels::is_arg_reduction(op) ? 1 : scale;
   const rt::Program program =
       along_rows ? kernels::build_reduce_along_rows(in, out, op, o)
@@ -139,6 +140,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, ReduceBuilder,
 TEST(ReduceBuilderErrors, ShapesAndArgDtype) {
   const DType t = DType::kFloat16;
   kernels::ReduceOptions o;
+  o.target = sim_target();
   EXPECT_THROW(kernels::build_reduce_along_sticks(
                    Matrix::stick_columns(4, 10, t),
                    Matrix::stick_columns(1, 3, t), ReduceOp::kSum, o),

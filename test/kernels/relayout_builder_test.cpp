@@ -24,7 +24,7 @@ Result run_path(const Matrix& in, const Matrix& out, const Image& input,
                 RelayoutPath path, uint32_t max_cores, bool barrier = false) {
   RelayoutOptions o;
   o.path = path;
-  o.max_cores = max_cores;
+  o.target = sim_target(max_cores);
   o.barrier_after_load = barrier;
   const rt::Program program = kernels::build_restickify(in, out, o);
   auto device = small_device();
@@ -40,7 +40,7 @@ Result run_path(const Matrix& in, const Matrix& out, const Image& input,
 }
 
 void check_restickify(const Matrix& in, const Matrix& out,
-                      uint32_t max_cores = 32) {
+                      uint32_t max_cores = 0) {
   std::mt19937 rng(3);
   Image input(in.bytes());
   input.fill(in, rng, -100, 100);
@@ -149,16 +149,19 @@ TEST(RestickifyTraffic, DramPathMovesTheTensorTwiceMore) {
 TEST(RestickifyErrors, ShapesAndFit) {
   const DType t = DType::kFloat16;
   EXPECT_THROW(kernels::build_restickify(Matrix::stick_columns(10, 20, t),
-                                         Matrix::stick_columns(10, 20, t), {}),
+                                         Matrix::stick_columns(10, 20, t),
+                                         {sim_target()}),
                kernels::KernelBuildError);
-  EXPECT_THROW(kernels::build_restickify(
-                   Matrix::stick_columns(10, 20, t),
-                   Matrix::stick_columns(20, 10, DType::kBFloat16), {}),
-               kernels::KernelBuildError);
+  EXPECT_THROW(
+      kernels::build_restickify(Matrix::stick_columns(10, 20, t),
+                                Matrix::stick_columns(20, 10, DType::kBFloat16),
+                                {sim_target()}),
+      kernels::KernelBuildError);
   // 8192 x 8192 fp16 is 4 MiB per core over 32 cores: does not fit.
   try {
     kernels::build_restickify(Matrix::stick_columns(8192, 8192, t),
-                              Matrix::stick_columns(8192, 8192, t), {});
+                              Matrix::stick_columns(8192, 8192, t),
+                              {sim_target()});
     FAIL() << "built a program that cannot fit";
   } catch (const kernels::KernelBuildError& e) {
     EXPECT_NE(std::string(e.what()).find("scratchpad"), std::string::npos);

@@ -17,6 +17,22 @@
 
 namespace spyre::rt::testing {
 
+// The chip the runtime tests describe: a 32-core, 2 MiB example (the runtime
+// layer has no chip of its own; programs are validated against whatever a
+// device's properties say).
+inline ChipFigures test_chip() {
+  ChipFigures chip;
+  chip.num_cores = 32;
+  chip.scratchpad_bytes = 2u << 20;
+  chip.costs.version = "fake-1";
+  chip.costs.clock_ghz = 1.0;
+  return chip;
+}
+inline ProgramLimits test_limits() {
+  const ChipFigures chip = test_chip();
+  return {chip.num_cores, chip.scratchpad_bytes};
+}
+
 class FakeDevice : public Device {
  public:
   explicit FakeDevice(uint64_t memory_bytes = 64ull << 20, int index = 0) {
@@ -24,8 +40,7 @@ class FakeDevice : public Device {
     props_.backend = "fake";
     props_.index = index;
     props_.memory_bytes = memory_bytes;
-    props_.clock_ghz = 1.0;
-    props_.timing_table_version = "fake-1";
+    props_.chip = test_chip();
   }
 
   const DeviceProperties& properties() const override { return props_; }

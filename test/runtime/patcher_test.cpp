@@ -256,7 +256,7 @@ TEST(PatcherFootprint, VerifyRejectsFootprintBeyondTheDevice) {
   ArgBinding dst{device.allocate(128), 128, DType::kFloat32, {}};
   std::vector<ArgBinding> args = {src, dst};
   EXPECT_NO_THROW(loaded.run(args));
-  device.props_.scratchpad_bytes = 64;
+  device.props_.chip.scratchpad_bytes = 64;
   try {
     loaded.run(args);
     FAIL() << "expected kVerifyError";

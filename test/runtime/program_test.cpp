@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "fake_device.h"
 #include "program_samples.h"
 #include "spyre/runtime/error.h"
 
@@ -195,7 +196,7 @@ TEST(ScratchpadRanges, ReduceDmaRingAndGather) {
 
 TEST(Validate, SamplesAreValid) {
   for (const auto& [name, program] : testing::corpus_programs()) {
-    EXPECT_NO_THROW(validate(program, ProgramLimits{})) << name;
+    EXPECT_NO_THROW(validate(program, testing::test_limits())) << name;
   }
 }
 
@@ -203,7 +204,7 @@ TEST(Validate, MessageNamesProgramCoreInstructionAndField) {
   Program p = sample_program();
   std::get<MatMul>(p.cores[0].instructions[3]).c.offset = 65536 - 1024;
   try {
-    validate(p, ProgramLimits{});
+    validate(p, testing::test_limits());
     FAIL() << "expected kMalformedProgram";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kMalformedProgram);
@@ -393,7 +394,7 @@ TEST(Validate, EveryRuleViolatedOnce) {
     Program p = sample_program();
     v.mutate(p);
     try {
-      validate(p, ProgramLimits{});
+      validate(p, testing::test_limits());
       ADD_FAILURE() << v.name << ": accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kMalformedProgram) << v.name;
@@ -411,7 +412,7 @@ TEST(Validate, ShareGroupOfEightIsAccepted) {
   for (uint32_t c = 10; c < 16; ++c) {
     p.cores.push_back(CoreProgram{c, 4096, {DmaLoad{x}}});
   }
-  EXPECT_NO_THROW(validate(p, ProgramLimits{}));
+  EXPECT_NO_THROW(validate(p, testing::test_limits()));
 }
 
 TEST(Validate, LimitsComeFromTheCaller) {
@@ -427,9 +428,9 @@ TEST(Validate, HugeStridesDoNotWrapIntoRange) {
   x.count1 = 0xFFFFFFFFu;
   x.dram_stride1 = std::numeric_limits<int64_t>::max() / 128 * 128;
   x.spad_stride1 = 0;
-  EXPECT_THROW(validate(p, ProgramLimits{}), Error);
+  EXPECT_THROW(validate(p, testing::test_limits()), Error);
   x.dram_stride1 = std::numeric_limits<int64_t>::min();
-  EXPECT_THROW(validate(p, ProgramLimits{}), Error);
+  EXPECT_THROW(validate(p, testing::test_limits()), Error);
 }
 
 }  // namespace

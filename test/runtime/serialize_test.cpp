@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fake_device.h"
 #include "program_samples.h"
 #include "spyre/runtime/error.h"
 #include "spyre/runtime/program.h"
@@ -23,7 +24,7 @@ namespace {
 using testing::reseal;
 using testing::sample_program;
 
-const ProgramLimits kLimits{};
+const ProgramLimits kLimits = testing::test_limits();
 
 std::filesystem::path corpus_dir() {
   return std::filesystem::path(SPYRE_TEST_DATA_DIR) / "program_corpus";

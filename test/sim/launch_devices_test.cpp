@@ -67,7 +67,7 @@ TEST(SimDevices, IndexOutOfRangeSaysHowToGetMore) {
   EXPECT_EQ(last->properties().index, 2);
   EXPECT_EQ(last->properties().memory_bytes, 1ull << 30);
   EXPECT_EQ(last->properties().backend, "sim");
-  EXPECT_EQ(last->properties().num_cores, 32u);
+  EXPECT_EQ(last->properties().chip.num_cores, 32u);
   for (int index : {3, -1}) {
     auto error = raised([&] { backend->create_device(index); });
     ASSERT_TRUE(error.has_value());

@@ -109,7 +109,7 @@ TEST(SimLaunchDma, StridedThreeDimensionalRoundTrip) {
   rt::LaunchStats stats =
       round_trip(in, out, 256 + 2 * 4096 + 3 * 512 + 256, 2 * 3584 + 4096);
   // 12 runs each way.
-  const TimingTable& t = kTimingTable;
+  const rt::CostTable& t = kTimingTable;
   uint64_t one_way = (3 * 4 * 256) / t.dma_bytes_per_cycle +
                      12 * t.dma_cycles_per_run + t.dma_latency_cycles;
   EXPECT_EQ(stats.cycles, 2 * one_way);

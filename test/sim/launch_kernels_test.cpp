@@ -149,7 +149,7 @@ TEST_P(SimLaunchMatmul, MatchesDoubleReference) {
   kernels::MatmulShape shape{make(tc.m, tc.k), make(tc.k, tc.n),
                              make(tc.m, tc.n)};
   kernels::MatmulOptions options;
-  options.max_cores = tc.max_cores;
+  options.target = sim_target(tc.max_cores);
   kernels::MatmulPlan plan = kernels::plan_matmul(shape, options);
   if (tc.tile_k != 0) plan.tile_k = tc.tile_k;
   rt::Program program = kernels::build_matmul(shape, plan, options);
@@ -239,7 +239,7 @@ TEST_P(SimLaunchSoftmax, MatchesDoubleReference) {
   const auto& [tc, schedule, log] = GetParam();
   const Matrix m = Matrix::row_major(tc.rows, tc.cols, tc.dtype);
   kernels::SoftmaxOptions options;
-  options.max_cores = tc.max_cores;
+  options.target = sim_target(tc.max_cores);
   options.schedule = schedule;
   options.log = log;
   rt::Program program = kernels::build_softmax(m, m, options);

@@ -20,7 +20,7 @@ rt::RingRecv recv(uint32_t channel, uint32_t src_core, uint32_t spad,
 
 // One DMA of `bytes` in one run with the DRAM server idle, in cycles.
 uint64_t lone_dma_cycles(uint64_t bytes) {
-  const TimingTable& t = kTimingTable;
+  const rt::CostTable& t = kTimingTable;
   return (bytes + t.dma_bytes_per_cycle - 1) / t.dma_bytes_per_cycle +
          t.dma_cycles_per_run + t.dma_latency_cycles;
 }
@@ -48,7 +48,7 @@ TEST_P(SimLaunchRingPair, SendMovesTheBytesAndPaysPerHop) {
   EXPECT_EQ(stats.ring_bytes, kBytes);
   EXPECT_EQ(stats.dma_bytes, 2 * kBytes);
   // load, send, hops, receive, store: one dependent chain.
-  const TimingTable& t = kTimingTable;
+  const rt::CostTable& t = kTimingTable;
   const uint64_t hops = std::min(dst, 32 - dst);
   EXPECT_EQ(stats.cycles, 2 * lone_dma_cycles(kBytes) +
                               t.ring_send_fixed_cycles +
@@ -144,7 +144,7 @@ TEST(SimLaunchRing, ZeroByteTokenOrdersModelledTime) {
   // four DMAs, a token send, the hops and the receive.
   auto device = small_device();
   rt::LaunchStats stats = modelled(*device, token_program());
-  const TimingTable& t = kTimingTable;
+  const rt::CostTable& t = kTimingTable;
   EXPECT_EQ(stats.cycles, 4 * lone_dma_cycles(8192) + t.ring_send_fixed_cycles +
                               5 * t.ring_hop_cycles + t.ring_recv_cycles);
   EXPECT_EQ(stats.ring_bytes, 0u);

@@ -14,7 +14,7 @@ namespace {
 
 using rt::DType;
 
-const TimingTable& T = kTimingTable;
+const rt::CostTable& T = kTimingTable;
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -208,7 +208,7 @@ MatmulRun run_matmul(rt::Device& device, uint32_t cores, int launches = 1) {
   const auto m = kernels::Matrix::row_major(256, 256, DType::kFloat16);
   kernels::MatmulShape shape{m, m, m};
   kernels::MatmulOptions options;
-  options.max_cores = cores;
+  options.target = sim_target(cores);
   rt::Program program = kernels::build_matmul(
       shape, kernels::plan_matmul(shape, options), options);
   rt::LoadedProgram loaded(device, program);

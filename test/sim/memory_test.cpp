@@ -135,7 +135,7 @@ TEST(SimMemory, CopyTimesFollowTheHostLink) {
   std::vector<uint8_t> host(64ull << 20);
   double small = device->copy_to_device(p, host.data(), 4096);
   double big = device->copy_to_device(p, host.data(), host.size());
-  const TimingTable& t = kTimingTable;
+  const rt::CostTable& t = kTimingTable;
   EXPECT_NEAR(big - small,
               static_cast<double>(host.size() - 4096) / t.host_link_gb_per_s,
               1.0);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "spyre/kernels/program_builder.h"
 #include "spyre/runtime/device.h"
 #include "spyre/runtime/error.h"
 #include "spyre/runtime/patcher.h"
@@ -21,7 +22,13 @@
 
 namespace spyre::sim::test {
 
-inline constexpr uint32_t kFootprint = 2u << 20;
+inline constexpr uint32_t kFootprint = kSpyreChip.scratchpad_bytes;
+
+// What the kernel library plans programs for when they run on the emulated
+// chip (every device small_device() makes has it).
+inline kernels::Target sim_target(uint32_t max_cores = 0) {
+  return kernels::Target{kSpyreChip, max_cores};
+}
 
 // A small device: sanitizer builds cannot afford many huge reservations.
 inline std::unique_ptr<rt::Device> small_device(uint64_t gib = 1) {

@@ -12,7 +12,7 @@ fusion = True
 # next block overlaps compute of this one; off: one region.
 double_buffer = True
 # Cores a kernel may spread its blocks over.
-max_cores = 32
+max_cores = None
 # Lower matrix products (mm, addmm, bmm, baddbmm: what linear and matmul
 # decompose to) to device programs built at compile time; off: they stay
 # Inductor extern kernels running the eager op library.

@@ -19,9 +19,10 @@ import sympy
 import torch
 from torch._inductor.virtualized import V
 
+from .. import _C
 from .capture import SpyreLoweringError
 
-STICK_BYTES = 128
+STICK_BYTES = _C.STICK_BYTES
 
 DTYPE_NAMES = {
     torch.float16: "float16",

@@ -26,12 +26,10 @@ import sympy
 import torch
 
 from .. import _C
+from .chip import Chip, compile_chip
 from .capture import CapturedNode, Reduction, SpyreKernelTooLarge, SpyreLoweringError, Store, Value
 from .layouts import STICK_BYTES, Access, BufferLayout, analyze_access, buffer_layout, dtype_name
 
-NUM_CORES = 32
-SCRATCHPAD_BYTES = 2 << 20
-SCRATCHPAD_RESERVE = 64 << 10  # kept by the device software (HARDWARE.md)
 
 VecOp = _C.VecOp
 RedOp = _C.RedOp
@@ -1007,13 +1005,14 @@ def _region_bytes(plan: KernelPlan, slots: dict, R: int) -> int:
     return alloc.peak
 
 
-def lower_kernel(plan: KernelPlan, num_cores: int = NUM_CORES,
-                 scratchpad_bytes: int = SCRATCHPAD_BYTES):
-    """Returns (ProgramSpec, argument buffer names in slot order, info)."""
+def lower_kernel(plan: KernelPlan, chip: Optional[Chip] = None):
+    """Returns (ProgramSpec, argument buffer names in slot order, info);
+    planned for `chip` (default: the chip of the device being compiled for)."""
     from . import config
+    chip = chip or compile_chip()
     space = plan.space
-    device_cores = num_cores
-    num_cores = min(num_cores, config.max_cores)
+    device_cores, scratchpad_bytes = chip.num_cores, chip.scratchpad_bytes
+    num_cores = chip.usable_cores()
     loads = []
     for node in plan.nodes:
         for ld in _loads(node):
@@ -1027,7 +1026,7 @@ def lower_kernel(plan: KernelPlan, num_cores: int = NUM_CORES,
         lay = buffer_layout(b)
         slots[b] = spec.add_arg(b, dtype_name(lay.dtype), lay.device_bytes, b in plan.stored,
                                 lay.device_size)
-    budget = scratchpad_bytes - SCRATCHPAD_RESERVE
+    budget = chip.scratchpad_budget
     q = _row_quantum(plan)
     rows = space.rows
     n_outer = math.prod(n for _, n in space.outer) if space.outer else 1
@@ -1047,8 +1046,9 @@ def lower_kernel(plan: KernelPlan, num_cores: int = NUM_CORES,
         if rc <= q or rc == 1:
             raise SpyreKernelTooLarge(
                 f"{plan.name}: a block of {rc} row(s) x {space.cols} column(s) needs "
-                f"{need} bytes of scratchpad per core but {budget} are available (2 MiB minus "
-                f"the {SCRATCHPAD_RESERVE // 1024} KiB reserve); the kernel cannot be lowered "
+                f"{need} bytes of scratchpad per core but {budget} are available "
+                f"({chip.scratchpad_bytes // 1024} KiB minus the "
+                f"{chip.scratchpad_reserve // 1024} KiB reserve); the kernel cannot be lowered "
                 "without splitting its reduced/column dim")
         rc = max(q, -(-(rc // 2) // q) * q) if q > 1 else max(1, rc // 2)
     region = need

@@ -30,6 +30,7 @@ from typing import Optional
 import torch
 
 from .capture import SpyreKernelTooLarge, SpyreLoweringError
+from .chip import chip_of, device_index
 from .layouts import BufferLayout, buffer_layout, dtype_name
 
 aten = torch.ops.aten
@@ -596,7 +597,8 @@ def _bias_operand(ir_node, out_size: list, dtype, what: str) -> OperandMatrix:
 
 
 def build_mlp_program(kernel_name: str, x_in, w_up_in, b_up_in, w_down_in, b_down_in,
-                      out_name: str, out_size, dtype, activation: str, max_cores: int):
+                      out_name: str, out_size, dtype, activation: str, device: int,
+                      max_cores: int):
     """The fused MLP program (kernel library's build_mlp): x [M, D] @ w_up
     [D, H] (+ b_up) -> activation -> @ w_down [H, E] (+ b_down), the
     intermediate resident in the scratchpads."""
@@ -621,7 +623,8 @@ def build_mlp_program(kernel_name: str, x_in, w_up_in, b_up_in, w_down_in, b_dow
                                   b_down=b_down.as_tuple() if b_down else None,
                                   w_up_transposed=w_up.transposed,
                                   w_down_transposed=w_down.transposed,
-                                  activation=activation, max_cores=max_cores)
+                                  activation=activation, device=device,
+                                  max_cores=max_cores)
     except _C.KernelBuildError as e:
         raise SpyreLoweringError(f"{what}: the fused MLP does not fit: {e}") from e
     for slot, m in enumerate(mats):
@@ -634,7 +637,7 @@ def build_mlp_program(kernel_name: str, x_in, w_up_in, b_up_in, w_down_in, b_dow
 
 def build_matmul_program(kernel_name: str, a_in, b_in, bias_in, out_name: str, out_size,
                          dtype, alpha: float, beta: float, activation: str,
-                         max_cores: int, naive: bool = False):
+                         device: int, max_cores: int, naive: bool = False):
     """The device program of activation(alpha * a @ b + beta * bias) into a
     fresh contiguous output `out_name` of `out_size`. Inputs are Inductor IR
     nodes. Returns (ProgramSpec, argument buffer names in slot order, info)."""
@@ -654,7 +657,7 @@ def build_matmul_program(kernel_name: str, a_in, b_in, bias_in, out_name: str, o
                                      tuples[3] if bias else None,
                                      a_transposed=a.transposed, b_transposed=b.transposed,
                                      alpha=alpha, beta=beta, activation=activation,
-                                     max_cores=max_cores, naive=naive)
+                                     device=device, max_cores=max_cores, naive=naive)
     except _C.KernelBuildError as e:
         # no tile fits the scratchpad: a compile error, never a wrong program
         raise SpyreKernelTooLarge(f"{what}: {e}") from e
@@ -693,6 +696,7 @@ def lower_extern_product(wrapper, node) -> bool:
     stride = [sizevars.guard_int(s) for s in out.get_stride()]
     out_name = node.get_name()
     kernel_name = new_kernel_name(out_name)
+    device = device_index(out.get_device())
     try:
         if stride != [math.prod(size[i + 1:]) for i in range(len(size))]:
             raise SpyreLoweringError(f"{kernel_name}: the output {size} / {stride} is not "
@@ -701,12 +705,13 @@ def lower_extern_product(wrapper, node) -> bool:
             x, w_up, b_up, w_down, b_down, activation = values
             spec, arg_names, info = build_mlp_program(
                 kernel_name, x, w_up, b_up, w_down, b_down, out_name, size, out.get_dtype(),
-                activation, config.max_cores)
+                activation, device, chip_of(device).usable_cores())
         else:
             a, b, bias, alpha, beta, activation = values
             spec, arg_names, info = build_matmul_program(
                 kernel_name, a, b, bias, out_name, size, out.get_dtype(), float(alpha),
-                float(beta), activation, config.max_cores, naive=not config.matmul_tiling)
+                float(beta), activation, device, chip_of(device).usable_cores(),
+                naive=not config.matmul_tiling)
     except SpyreLoweringError as e:
         if isinstance(e, SpyreKernelTooLarge):
             raise

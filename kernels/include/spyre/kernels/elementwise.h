@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "spyre/kernels/program_builder.h"
 #include "spyre/runtime/program.h"
 
 namespace spyre::kernels {
@@ -94,9 +95,7 @@ struct ElementwiseKernel {
   // survive.
   bool output_read_modify_write = false;
   std::vector<ElementwiseStep> steps;
-  uint32_t max_cores = 32;
-  uint32_t scratchpad_bytes = 2u << 20;
-  uint32_t scratchpad_reserve = 64u << 10;
+  Target target;  // the device planned for (program_builder.h)
 
   void append_key(std::string& key) const;
 };

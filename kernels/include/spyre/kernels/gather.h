@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "spyre/kernels/matrix.h"
+#include "spyre/kernels/program_builder.h"
 #include "spyre/runtime/program.h"
 
 namespace spyre::kernels {
@@ -22,9 +23,7 @@ struct GatherShape {
 };
 
 struct GatherOptions {
-  uint32_t max_cores = 32;
-  uint32_t scratchpad_bytes = 2u << 20;
-  uint32_t scratchpad_reserve = 64u << 10;
+  Target target;  // the device planned for (program_builder.h)
 };
 
 // Slots: 0 = table, 1 = index, 2 = out. An index outside [0, table rows) is

@@ -1,4 +1,5 @@
-// Matrix products C = alpha * A @ B + beta * bias on up to 32 cores, batched.
+// Matrix products C = alpha * A @ B + beta * bias over the target's cores,
+// batched.
 //
 // Work division: the output is split into a gm x gn grid of core blocks
 // (gm * gn <= cores); cores of one grid row read the same A tiles and cores
@@ -25,6 +26,7 @@
 #include <utility>
 
 #include "spyre/kernels/matrix.h"
+#include "spyre/kernels/program_builder.h"
 #include "spyre/runtime/program.h"
 
 namespace spyre::kernels {
@@ -99,9 +101,7 @@ struct MatmulPlan {
 };
 
 struct MatmulOptions {
-  uint32_t max_cores = 32;
-  uint32_t scratchpad_bytes = 2u << 20;
-  uint32_t scratchpad_reserve = 64u << 10;  // kept by the device software
+  Target target;            // the device planned for (program_builder.h)
   bool share_reads = true;  // broadcast reads across a grid row / column
   MatmulLowering lowering = MatmulLowering::kPlanned;
 };
@@ -114,7 +114,8 @@ struct MatmulOptions {
 MatmulPlan plan_matmul(const MatmulShape& shape, const MatmulOptions& options);
 
 // The cost model's estimate of a plan, in device cycles (for comparisons).
-double estimate_matmul_cycles(const MatmulShape& shape, const MatmulPlan& plan);
+double estimate_matmul_cycles(const MatmulShape& shape, const MatmulPlan& plan,
+                              const rt::CostTable& costs);
 
 // Builds the program. Argument slots: 0 = A, 1 = B, 2 = C, 3 = bias (when
 // given). Throws KernelBuildError when the shapes disagree or the plan does

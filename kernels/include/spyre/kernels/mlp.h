@@ -14,6 +14,7 @@
 
 #include "spyre/kernels/matmul.h"
 #include "spyre/kernels/matrix.h"
+#include "spyre/kernels/program_builder.h"
 #include "spyre/runtime/program.h"
 
 namespace spyre::kernels {
@@ -37,9 +38,7 @@ struct MlpShape {
 };
 
 struct MlpOptions {
-  uint32_t max_cores = 32;
-  uint32_t scratchpad_bytes = 2u << 20;
-  uint32_t scratchpad_reserve = 64u << 10;
+  Target target;  // the device planned for (program_builder.h)
 };
 
 struct MlpPlan {

@@ -8,14 +8,13 @@
 #include <optional>
 
 #include "spyre/kernels/matrix.h"
+#include "spyre/kernels/program_builder.h"
 #include "spyre/runtime/program.h"
 
 namespace spyre::kernels {
 
 struct NormOptions {
-  uint32_t max_cores = 32;
-  uint32_t scratchpad_bytes = 2u << 20;
-  uint32_t scratchpad_reserve = 64u << 10;
+  Target target;     // the device planned for (program_builder.h)
   bool rms = false;  // RMS norm: no mean subtracted, no bias
   double eps = 1e-5;
 };

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "spyre/runtime/chip.h"
 #include "spyre/runtime/program.h"
 
 namespace spyre::kernels {
@@ -19,6 +20,22 @@ namespace spyre::kernels {
 class KernelBuildError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// The device a program is planned for: its chip facts, as its
+// DeviceProperties::chip reports them (the only source of core counts,
+// scratchpad sizes and costs a builder reads), and an optional cap on the
+// cores a program may use.
+struct Target {
+  rt::ChipFigures chip;
+  uint32_t max_cores = 0;  // 0: every core of the chip
+
+  // The cores a program may use. Throws KernelBuildError when no chip was
+  // given (a builder must be told which device it plans for).
+  uint32_t cores() const;
+  // Scratchpad bytes per core a plan may use (the chip's, less its reserve).
+  uint32_t scratchpad_budget() const;
+  const rt::CostTable& costs() const { return chip.costs; }
 };
 
 class CoreBuilder {
@@ -49,8 +66,10 @@ class CoreBuilder {
 
 class ProgramBuilder {
  public:
-  explicit ProgramBuilder(std::string name, uint32_t num_cores = 32,
-                          uint32_t scratchpad_bytes = 2u << 20);
+  // A program of at most `num_cores` cores, each using at most
+  // `scratchpad_limit` bytes of its scratchpad.
+  ProgramBuilder(std::string name, uint32_t num_cores,
+                 uint32_t scratchpad_limit);
 
   uint32_t add_arg(std::string name, rt::DType dtype, uint64_t bytes,
                    bool is_output, std::vector<int64_t> device_size = {});

@@ -29,9 +29,7 @@ bool is_arg_reduction(ReduceOp op);
 const char* reduce_op_name(ReduceOp op);
 
 struct ReduceOptions {
-  uint32_t max_cores = 32;
-  uint32_t scratchpad_bytes = 2u << 20;
-  uint32_t scratchpad_reserve = 64u << 10;
+  Target target;     // the device planned for (program_builder.h)
   double scale = 1;  // multiplies the result before rounding (mean: 1 / n)
 };
 

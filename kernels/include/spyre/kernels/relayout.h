@@ -49,20 +49,21 @@ struct RelayoutPlacement {
   uint32_t dst = 0;      // row-major X^T row block: bc x padded(rows)
   uint32_t staging = 0;  // stick-major X column block: sticks(bc) x rows
   uint32_t dst_pitch = 0;
+  // The target's costs: the ring path orders each core's ring instructions
+  // by when their pieces arrive.
+  rt::CostTable costs;
   uint64_t src_bytes() const;
   uint64_t dst_bytes() const;
   uint64_t staging_bytes() const;
 };
 
 struct RelayoutOptions {
-  uint32_t max_cores = 32;
+  Target target;  // the device planned for (program_builder.h)
   RelayoutPath path = RelayoutPath::kRing;
   // All cores finish loading X before any starts the re-layout (ring
   // tokens), so the re-layout can be timed on its own: the time of a
   // program minus that of the kNone program with the same barrier.
   bool barrier_after_load = false;
-  uint32_t scratchpad_bytes = 2u << 20;
-  uint32_t scratchpad_reserve = 64u << 10;
 };
 
 // Reserves the placement's buffers on cores [0, cores) of `builder`, at

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "spyre/kernels/matrix.h"
+#include "spyre/kernels/program_builder.h"
 #include "spyre/runtime/program.h"
 
 namespace spyre::kernels {
@@ -24,11 +25,9 @@ enum class SoftmaxSchedule : uint8_t {
 };
 
 struct SoftmaxOptions {
-  uint32_t max_cores = 32;
+  Target target;  // the device planned for (program_builder.h)
   SoftmaxSchedule schedule = SoftmaxSchedule::kStreamed;
   bool log = false;
-  uint32_t scratchpad_bytes = 2u << 20;
-  uint32_t scratchpad_reserve = 64u << 10;
 };
 
 // Device bytes of the stats argument kStatsThroughDram needs.

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "spyre/runtime/chip.h"
 #include "spyre/runtime/program.h"
 
 namespace spyre::rt {
@@ -24,16 +25,14 @@ struct PatchPlan;
 using DevicePtr = uint64_t;
 
 struct DeviceProperties {
-  std::string name;     // "Spyre (emulated)"
-  std::string backend;  // registry name of the backend, "sim"
-  int index = 0;        // device ordinal
-  uint32_t num_cores = 32;
-  uint32_t scratchpad_bytes = 2u << 20;
-  uint32_t stick_bytes = kStickBytes;
-  uint64_t memory_bytes = 0;         // total device memory
-  double clock_ghz = 0;              // modelled core clock
-  std::string timing_table_version;  // identifies the cost parameters
-  ProgramLimits limits() const { return {num_cores, scratchpad_bytes}; }
+  std::string name;           // "Spyre (emulated)"
+  std::string backend;        // registry name of the backend, "sim"
+  int index = 0;              // device ordinal
+  uint64_t memory_bytes = 0;  // total device memory
+  ChipFigures chip;           // what program planners read (chip.h)
+  ProgramLimits limits() const {
+    return {chip.num_cores, chip.scratchpad_bytes};
+  }
 };
 
 // What a launch did, in modelled device time.

@@ -256,10 +256,11 @@ struct Program {
   }
 };
 
-// Limits a program is validated against (from the device's properties).
+// Limits a program is validated against: DeviceProperties::limits() of the
+// device it is for.
 struct ProgramLimits {
-  uint32_t num_cores = 32;
-  uint32_t scratchpad_bytes = 2u << 20;
+  uint32_t num_cores = 0;
+  uint32_t scratchpad_bytes = 0;
 };
 
 // Checks every invariant of a program: slot indices, alignment, scratchpad

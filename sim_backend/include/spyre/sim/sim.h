@@ -13,9 +13,11 @@
 
 namespace spyre::sim {
 
-inline constexpr uint32_t kNumCores = 32;
-inline constexpr uint32_t kScratchpadBytes = 2u << 20;
-
+// A device of the modelled chip (kSpyreChip in timing_table.h), or of a
+// variant `chip` (tests plan for a smaller chip this way; its cost table is
+// the emulator's own whatever `chip.costs` says).
 std::unique_ptr<rt::Device> make_sim_device(int index, uint64_t memory_bytes);
+std::unique_ptr<rt::Device> make_sim_device(int index, uint64_t memory_bytes,
+                                            const rt::ChipFigures& chip);
 
 }  // namespace spyre::sim
