@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "spyre/kernels/key.h"
 #include "spyre/runtime/program.h"
 
 namespace spyre::kernels {
@@ -44,8 +45,8 @@ struct StickOperand {
   int64_t stick_stride = rt::kStickBytes;
 
   uint32_t elements_per_stick() const { return rt::elements_per_stick(dtype); }
-  // Appends what identifies the placement (for program cache keys).
-  void append_key(std::string& key) const;
+  // Writes what identifies the placement (for program cache keys).
+  void append_key(KeyWriter& key) const;
 };
 
 // One vector step. Values are numbered: inputs 0..n_inputs-1, then each step
@@ -68,6 +69,9 @@ struct ElementwiseStep {
   bool src1_is_imm = false;
   double imm = 0;
   double imm2 = 0;
+
+  // Writes every field (for program cache keys).
+  void append_key(KeyWriter& key) const;
 };
 
 // Steps by arity; `dtype` is that of the value made.
@@ -98,7 +102,9 @@ struct ElementwiseKernel {
   uint32_t scratchpad_bytes = 2u << 20;
   uint32_t scratchpad_reserve = 64u << 10;
 
-  void append_key(std::string& key) const;
+  // Writes everything the built program depends on (for program cache
+  // keys), tagged as an elementwise kernel.
+  void append_key(KeyWriter& key) const;
 };
 
 // Slots: inputs 0..n-1, output n. Throws KernelBuildError when the kernel
