@@ -8,10 +8,8 @@
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/TypeProperties.h>
-#include <ATen/ops/add_ops.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/result_type.h>
-#include <ATen/ops/sub_ops.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -21,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ops/elementwise_steps.h"
 #include "ops/launch.h"
 
 namespace spyre::torch_glue::ops {
@@ -28,255 +27,6 @@ namespace {
 
 using kernels::ElementwiseStep;
 using rt::VecOp;
-
-// The dtype vector steps compute in for a result of `type`: fp32 for
-// floating types, int64 for integers.
-rt::DType compute_dtype(at::ScalarType type) {
-  return at::isFloatingType(type) ? rt::DType::kFloat32 : rt::DType::kInt64;
-}
-
-// A scalar operand as PyTorch's CPU kernels see it: cast to the common
-// dtype first (fp16 2.1 is 2.0996...), then widened to the compute dtype.
-double compute_scalar(const at::Scalar& value, at::ScalarType common) {
-  switch (common) {
-    case at::kHalf:
-      return static_cast<float>(value.to<at::Half>());
-    case at::kBFloat16:
-      return static_cast<float>(value.to<at::BFloat16>());
-    case at::kFloat:
-      return value.to<float>();
-    case at::kBool:
-      return value.to<bool>() ? 1 : 0;
-    default:
-      return static_cast<double>(value.to<int64_t>());
-  }
-}
-
-// A parameter (alpha, clamp bounds used as factors) in the compute dtype.
-double compute_parameter(const at::Scalar& value, at::ScalarType common) {
-  if (at::isFloatingType(common)) return value.to<float>();
-  return static_cast<double>(value.to<int64_t>());
-}
-
-// Operands of an elementwise op: spyre tensors become kernel inputs (values
-// 0..n-1), CPU scalars immediates.
-struct Operands {
-  std::vector<at::Tensor> tensors;
-  std::vector<ElementwiseStep> steps;
-  at::ScalarType common = at::kFloat;
-  // The dtype of the last step's value before it meets out (bool for
-  // comparisons): when out's differs, a final step converts it.
-  std::optional<at::ScalarType> result;
-
-  // A value a step can use: an input number, or a scalar.
-  struct Value {
-    int id = -1;
-    double scalar = 0;
-  };
-
-  Value add(const at::Tensor& t) {
-    if (t.is_cpu() && t.dim() == 0) {
-      return Value{-1, compute_scalar(t.item(), common)};
-    }
-    tensors.push_back(t);
-    return Value{static_cast<int>(tensors.size()) - 1, 0};
-  }
-  int next_id() const {
-    return static_cast<int>(tensors.size() + steps.size());
-  }
-  // Steps refer to inputs by number, so inputs are all added first.
-  int push(ElementwiseStep step) {
-    steps.push_back(step);
-    return next_id() - 1;
-  }
-  // A value as a step source: scalars are filled into a temporary.
-  int materialized(const Value& v) {
-    if (v.id >= 0) return v.id;
-    return push(kernels::fill_step(v.scalar, compute_dtype(common)));
-  }
-  int binary(VecOp op, const Value& a, const Value& b) {
-    return binary(op, a, b, compute_dtype(common));
-  }
-  int binary(VecOp op, const Value& a, const Value& b, rt::DType dtype) {
-    if (b.id < 0)
-      return push(kernels::scalar_step(op, materialized(a), b.scalar, dtype));
-    return push(kernels::binary_step(op, materialized(a), b.id, dtype));
-  }
-};
-
-// Runs the steps into `out`; the last step's value is rounded to the common
-// dtype first when out's dtype differs (as PyTorch casts the result).
-void run(const char* name, Operands& ops, const at::Tensor& out) {
-  if (out.numel() == 0) return;
-  const at::ScalarType result = ops.result.value_or(ops.common);
-  if (out.scalar_type() != result) {
-    ops.steps.back().dtype = device_dtype(result);
-    if (out.scalar_type() == at::kBool) {  // nonzero -> true, as a cast does
-      ops.push(kernels::scalar_step(VecOp::kNe, ops.next_id() - 1, 0,
-                                    rt::DType::kBool));
-    } else {
-      ops.push(kernels::copy_step(ops.next_id() - 1));
-    }
-  }
-  launch_elementwise(name, ops.tensors, out, ops.steps);
-}
-
-bool device_computes(at::ScalarType type) {
-  return has_device_dtype(type) && type != at::kBool;
-}
-
-// ---- add / sub -------------------------------------------------------------
-
-// out = a + alpha * b (sub: a - alpha * b), as TensorIterator::binary_op.
-at::TensorIterator binary_iter(const at::Tensor& a, const at::Tensor& b,
-                               const at::Tensor& out, bool in_place) {
-  return at::TensorIteratorConfig()
-      .set_check_mem_overlap(true)
-      .add_output(out)
-      .add_const_input(a)
-      .add_const_input(b)
-      .allow_cpu_scalars(true)
-      .promote_inputs_to_common_dtype(true)
-      .cast_common_dtype_to_outputs(true)
-      .enforce_safe_casting_to_output(true)
-      .resize_outputs(!in_place)
-      .build();
-}
-
-// at::result_type of two tensors; tensors of one dtype (the common case)
-// promote to it whatever their dims, so the dispatcher call is skipped.
-at::ScalarType common_type(const at::Tensor& a, const at::Tensor& b) {
-  if (a.scalar_type() == b.scalar_type()) return a.scalar_type();
-  return at::result_type(a, b);
-}
-
-void add_sub(const char* name, VecOp op, const at::Tensor& self,
-             const at::Tensor& other, const at::Scalar& alpha,
-             const at::Tensor& out) {
-  Operands ops;
-  ops.common = common_type(self, other);
-  at::native::alpha_check(ops.common, alpha);
-  auto a = ops.add(self);
-  auto b = ops.add(other);
-  const bool unit_alpha = alpha.isIntegral(true) ? alpha.to<int64_t>() == 1
-                                                 : alpha.to<double>() == 1.0;
-  if (unit_alpha) {
-    ops.binary(op, a, b);
-  } else if (b.id < 0) {
-    const double scaled =
-        at::isFloatingType(ops.common)
-            ? static_cast<double>(static_cast<float>(b.scalar) *
-                                  alpha.to<float>())
-            : static_cast<double>(static_cast<int64_t>(b.scalar) *
-                                  alpha.to<int64_t>());
-    ops.binary(op, a, {-1, scaled});
-  } else {
-    const int scaled =
-        ops.binary(VecOp::kMul, b, {-1, compute_parameter(alpha, ops.common)});
-    ops.binary(op, a, {scaled, 0});
-  }
-  run(name, ops, out);
-}
-
-bool add_on_device(const at::Tensor& self, const at::Tensor& other,
-                   const at::Tensor* out) {
-  const at::ScalarType common = common_type(self, other);
-  return device_computes(common) &&
-         (out == nullptr || device_computes(out->scalar_type()));
-}
-
-template <VecOp kOp>
-constexpr const char* add_sub_name() {
-  return kOp == VecOp::kAdd ? "add" : "sub";
-}
-
-// The output of a functional binary op: the common case (two contiguous
-// spyre tensors of one shape and dtype) skips TensorIterator,
-// whose checks cannot fail there and whose output would be the same
-// contiguous tensor.
-at::Tensor binary_output(const at::Tensor& self, const at::Tensor& other) {
-  const bool simple = self.is_privateuseone() && other.is_privateuseone() &&
-                      self.scalar_type() == other.scalar_type() &&
-                      self.sizes() == other.sizes() && self.is_contiguous() &&
-                      other.is_contiguous() && self.device() == other.device();
-  if (simple) return at::empty(self.sizes(), self.options());
-  return binary_iter(self, other, at::Tensor(), false).output();
-}
-
-at::Tensor add_tensor(const at::Tensor& self, const at::Tensor& other,
-                      const at::Scalar& alpha) {
-  if (!add_on_device(self, other, nullptr)) {
-    return at::native::call_fallback_fn<&cpu_fallback,
-                                        at::_ops::add_Tensor>::call(self, other,
-                                                                    alpha);
-  }
-  at::Tensor out = binary_output(self, other);
-  add_sub("add", VecOp::kAdd, self, other, alpha, out);
-  return out;
-}
-
-at::Tensor& add_inplace(at::Tensor& self, const at::Tensor& other,
-                        const at::Scalar& alpha) {
-  if (!add_on_device(self, other, &self)) {
-    return at::native::call_fallback_fn<&cpu_fallback,
-                                        at::_ops::add__Tensor>::call(self,
-                                                                     other,
-                                                                     alpha);
-  }
-  binary_iter(self, other, self, true);
-  add_sub("add", VecOp::kAdd, self, other, alpha, self);
-  return self;
-}
-
-at::Tensor& add_out(const at::Tensor& self, const at::Tensor& other,
-                    const at::Scalar& alpha, at::Tensor& out) {
-  if (!add_on_device(self, other, &out)) {
-    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::add_out>::call(
-        self, other, alpha, out);
-  }
-  binary_iter(self, other, out, false);
-  add_sub("add", VecOp::kAdd, self, other, alpha, out);
-  return out;
-}
-
-at::Tensor sub_tensor(const at::Tensor& self, const at::Tensor& other,
-                      const at::Scalar& alpha) {
-  at::native::sub_check(self, other);
-  if (!add_on_device(self, other, nullptr)) {
-    return at::native::call_fallback_fn<&cpu_fallback,
-                                        at::_ops::sub_Tensor>::call(self, other,
-                                                                    alpha);
-  }
-  at::Tensor out = binary_output(self, other);
-  add_sub("sub", VecOp::kSub, self, other, alpha, out);
-  return out;
-}
-
-at::Tensor& sub_inplace(at::Tensor& self, const at::Tensor& other,
-                        const at::Scalar& alpha) {
-  at::native::sub_check(self, other);
-  if (!add_on_device(self, other, &self)) {
-    return at::native::call_fallback_fn<&cpu_fallback,
-                                        at::_ops::sub__Tensor>::call(self,
-                                                                     other,
-                                                                     alpha);
-  }
-  binary_iter(self, other, self, true);
-  add_sub("sub", VecOp::kSub, self, other, alpha, self);
-  return self;
-}
-
-at::Tensor& sub_out(const at::Tensor& self, const at::Tensor& other,
-                    const at::Scalar& alpha, at::Tensor& out) {
-  at::native::sub_check(self, other);
-  if (!add_on_device(self, other, &out)) {
-    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::sub_out>::call(
-        self, other, alpha, out);
-  }
-  binary_iter(self, other, out, false);
-  add_sub("sub", VecOp::kSub, self, other, alpha, out);
-  return out;
-}
 
 // ---- the other elementwise operators: one boxed kernel ---------------------
 //
@@ -583,7 +333,7 @@ void elementwise_kernel(const c10::OperatorHandle& handle,
   ops.common = common;
   if (family->promotion == Promotion::kCompare) ops.result = at::kBool;
   build_steps(*family, call, ops);
-  run(std::string(name).c_str(), ops, out);
+  run_steps(std::string(name).c_str(), ops, out);
   torch::jit::drop(*stack, schema.arguments().size());
   torch::jit::push(*stack, out);
 }
@@ -591,13 +341,6 @@ void elementwise_kernel(const c10::OperatorHandle& handle,
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("add.Tensor", TORCH_FN(add_tensor));
-  m.impl("add_.Tensor", TORCH_FN(add_inplace));
-  m.impl("add.out", TORCH_FN(add_out));
-  m.impl("sub.Tensor", TORCH_FN(sub_tensor));
-  m.impl("sub_.Tensor", TORCH_FN(sub_inplace));
-  m.impl("sub.out", TORCH_FN(sub_out));
-
   auto boxed = [] {
     return torch::CppFunction::makeFromBoxedFunction<&elementwise_kernel>();
   };

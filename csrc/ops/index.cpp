@@ -56,11 +56,12 @@ void run_gather(at::Tensor table, int64_t dim, at::Tensor index,
   }
   const kernels::Matrix o = *matrix_view(out, out_batch, out_rows);
   kernels::GatherShape shape{*t, idx, o};
-  std::string key = "gather";
+  kernels::KeyWriter key;
+  key.add("gather");
   for (const auto* m : {&shape.table, &shape.index, &shape.out}) {
     append_key(key, *m);
   }
-  launch_cached(out.device().index(), key,
+  launch_cached(out.device().index(), ProgramKey(std::move(key)),
                 [&] {
                   return kernels::build_gather(
                       shape, {{device_chip(out.device().index())}});

@@ -124,17 +124,18 @@ void run_matmul(const at::Tensor& a, const at::Tensor& b,
     bias_tensor = bias->expand(out.sizes());
     shape.bias = matrix_operand(*bias_tensor, batch);
   }
-  std::string key = "matmul";
+  kernels::KeyWriter key;
+  key.add("matmul");
   for (const kernels::Matrix* m : {&shape.a, &shape.b, &shape.c}) {
     append_key(key, *m);
   }
+  key.add(shape.bias.has_value());
   if (shape.bias) append_key(key, *shape.bias);
-  key +=
-      c10::str(shape.a_transposed, shape.b_transposed, ":", alpha, ":", beta);
+  key.add(shape.a_transposed).add(shape.b_transposed).add(alpha).add(beta);
   std::vector<at::Tensor> args{oa.tensor, ob.tensor, out};
   if (bias_tensor) args.push_back(*bias_tensor);
   launch_cached(
-      out.device().index(), key,
+      out.device().index(), ProgramKey(std::move(key)),
       [&] {
         kernels::MatmulOptions options;
         options.target = {device_chip(out.device().index())};

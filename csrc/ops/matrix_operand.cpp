@@ -67,19 +67,15 @@ kernels::Matrix matrix_operand(at::Tensor& tensor, int64_t batch) {
   return *m;
 }
 
-void append_key(std::string& key, const kernels::Matrix& m) {
+void append_key(kernels::KeyWriter& key, const kernels::Matrix& m) {
   const kernels::Matrix s = m.strided_form();
-  key += "[" + std::to_string(static_cast<int>(m.dtype)) + ":" +
-         std::to_string(s.offset) + ":" + std::to_string(m.cols) + "/" +
-         std::to_string(s.stick_stride);
-  for (const kernels::StridedDim& d : s.row_dims) {
-    key += "," + std::to_string(d.size) + "@" + std::to_string(d.stride);
-  }
-  key += ";";
+  key.add(m.dtype).add(s.offset).add(m.cols).add(s.stick_stride);
+  key.add(static_cast<uint64_t>(s.row_dims.size()));
+  for (const kernels::StridedDim& d : s.row_dims) key.add(d.size).add(d.stride);
+  key.add(static_cast<uint64_t>(m.batch_dims.size()));
   for (const kernels::StridedDim& d : m.batch_dims) {
-    key += std::to_string(d.size) + "@" + std::to_string(d.stride) + ",";
+    key.add(d.size).add(d.stride);
   }
-  key += "]";
 }
 
 }  // namespace spyre::torch_glue::ops

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "spyre/kernels/key.h"
 #include "spyre/kernels/matrix.h"
 
 namespace spyre::torch_glue::ops {
@@ -32,8 +33,8 @@ std::optional<kernels::Matrix> matrix_view(const at::Tensor& tensor,
 // when it cannot be addressed; `tensor` is replaced by what is bound.
 kernels::Matrix matrix_operand(at::Tensor& tensor, int64_t batch = 0);
 
-// Everything a program depends on about `m`, for program cache keys.
-void append_key(std::string& key, const kernels::Matrix& m);
+// Writes everything a program depends on about `m` (for program cache keys).
+void append_key(kernels::KeyWriter& key, const kernels::Matrix& m);
 
 // Dims 0..n-1 except `skip` (which may be -1), in order.
 std::vector<int64_t> dims_except(int64_t n, std::vector<int64_t> skip);

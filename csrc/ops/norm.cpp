@@ -95,14 +95,15 @@ NormResult run_norm(const at::Tensor& input, int64_t normed,
   options.target = {device_chip(x.device().index())};
   options.rms = rms;
   options.eps = eps;
-  std::string key = c10::str(rms ? "rms_norm" : "layer_norm", ":", eps);
+  kernels::KeyWriter key;
+  key.add("norm").add(rms).add(eps);
   for (const auto* m : {&shape.in, &shape.out}) append_key(key, *m);
   for (const auto* m : {&shape.weight, &shape.bias, &shape.mean, &shape.rstd}) {
-    key += m->has_value() ? "+" : "-";
+    key.add(m->has_value());
     if (m->has_value()) append_key(key, **m);
   }
   launch_cached(
-      input.device().index(), key,
+      input.device().index(), ProgramKey(std::move(key)),
       [&] { return kernels::build_norm(shape, options); }, args);
   if (!out_direct) device_copy(out2.view(input.sizes()), r.out);
   return r;

@@ -96,12 +96,12 @@ at::Tensor reduce_one(at::Tensor x, int64_t d, ReduceOp op,
     in = view();
   }
   const kernels::Matrix out_m = *matrix_view(out, 0);
-  std::string key =
-      c10::str("reduce", static_cast<int>(op), along_sticks, ":", scale);
+  kernels::KeyWriter key;
+  key.add("reduce").add(op).add(along_sticks).add(scale);
   append_key(key, *in);
   append_key(key, out_m);
   launch_cached(
-      x.device().index(), key,
+      x.device().index(), ProgramKey(std::move(key)),
       [&] {
         kernels::ReduceOptions options;
         options.target = {device_chip(x.device().index())};

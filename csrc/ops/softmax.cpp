@@ -35,10 +35,11 @@ at::Tensor along_last_dim(at::Tensor x, bool log) {
   if (x.numel() == 0) return out;
   const kernels::Matrix in = matrix_operand(x, 0);
   const kernels::Matrix out_m = *matrix_view(out, 0);
-  std::string key = log ? "log_softmax" : "softmax";
+  kernels::KeyWriter key;
+  key.add("softmax").add(log);
   append_key(key, in);
   append_key(key, out_m);
-  launch_cached(x.device().index(), key,
+  launch_cached(x.device().index(), ProgramKey(std::move(key)),
                 [&] {
                   kernels::SoftmaxOptions options;
                   options.target = {device_chip(x.device().index())};

@@ -1,7 +1,6 @@
 #include "spyre/kernels/elementwise.h"
 
 #include <algorithm>
-#include <bit>
 #include <numeric>
 
 #include "spyre/kernels/matrix.h"
@@ -293,40 +292,25 @@ ElementwiseStep random_step(rt::RandDist dist, double a, double b,
   return s;
 }
 
-void StickOperand::append_key(std::string& key) const {
-  key += rt::dtype_name(dtype);
-  key += "sbr"[static_cast<int>(cols)];
-  key += std::to_string(offset) + '+' + std::to_string(first) + '/' +
-         std::to_string(stick_stride);
-  for (int64_t s : strides) key += ',' + std::to_string(s);
-  key += ';';
+void ElementwiseStep::append_key(KeyWriter& key) const {
+  key.add(kind).add(dist).add(seed).add(offset).add(op).add(dtype);
+  key.add_list(src).add(src1_is_imm).add(imm).add(imm2);
 }
 
-void ElementwiseKernel::append_key(std::string& key) const {
-  key += name;
-  key += '[';
-  for (int64_t s : shape) key += std::to_string(s) + ',';
-  key += ']';
+void StickOperand::append_key(KeyWriter& key) const {
+  key.add(dtype).add(cols).add(offset).add(first).add(stick_stride);
+  key.add_list(strides);
+}
+
+void ElementwiseKernel::append_key(KeyWriter& key) const {
+  key.add("elementwise").add(name).add_list(shape);
+  key.add(static_cast<uint64_t>(inputs.size()));
   for (const StickOperand& op : inputs) op.append_key(key);
-  key += "->";
   output.append_key(key);
-  if (output_read_modify_write) key += "rmw";
-  for (const ElementwiseStep& st : steps) {
-    if (st.kind != ElementwiseStep::Kind::kVector) {
-      key += 'k' + std::to_string(static_cast<int>(st.kind)) + 'd' +
-             std::to_string(static_cast<int>(st.dist)) + 's' +
-             std::to_string(st.seed) + 'o' + std::to_string(st.offset);
-    }
-    key += std::to_string(static_cast<int>(st.op)) + ':' +
-           std::string(rt::dtype_name(st.dtype));
-    for (int src : st.src) key += ',' + std::to_string(src);
-    if (st.src1_is_imm) key += 'i' + std::to_string(st.imm);
-    key += '|' + std::to_string(st.imm2);
-    // std::to_string(double) keeps 6 decimals: add the exact bits too.
-    key += '#' + std::to_string(std::bit_cast<uint64_t>(st.imm)) + '#' +
-           std::to_string(std::bit_cast<uint64_t>(st.imm2)) + ';';
-  }
-  key += 'c' + std::to_string(target.cores());
+  key.add(output_read_modify_write);
+  key.add(static_cast<uint64_t>(steps.size()));
+  for (const ElementwiseStep& step : steps) step.append_key(key);
+  key.add(target.cores());
 }
 
 rt::Program build_elementwise(const ElementwiseKernel& k) {

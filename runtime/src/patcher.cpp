@@ -171,27 +171,44 @@ void LoadedProgram::verify(std::span<const ArgBinding> args,
   }
 }
 
+std::vector<DevicePtr> LoadedProgram::checked_addresses(
+    std::span<const ArgBinding> args) const {
+  bind(args);
+  std::vector<DevicePtr> addresses;
+  relocate(args, addresses);
+  verify(args, addresses);
+  return addresses;
+}
+
+template <typename Ref>
+void LoadedProgram::enqueue(Ref program, Stream& stream,
+                            std::span<const ArgBinding> args,
+                            std::function<void(const LaunchStats&)> on_done) {
+  std::vector<DevicePtr> addresses = program->checked_addresses(args);
+  stream.enqueue([program = std::move(program),
+                  addresses = std::move(addresses),
+                  on_done = std::move(on_done)]() {
+    LaunchStats stats =
+        program->device_.execute(*program->executable_, addresses);
+    if (on_done) on_done(stats);
+    return stats.time_ns;
+  });
+}
+
+void LoadedProgram::launch(std::shared_ptr<const LoadedProgram> program,
+                           Stream& stream, std::span<const ArgBinding> args,
+                           std::function<void(const LaunchStats&)> on_done) {
+  enqueue(std::move(program), stream, args, std::move(on_done));
+}
+
 void LoadedProgram::launch(
     Stream& stream, std::span<const ArgBinding> args,
     std::function<void(const LaunchStats&)> on_done) const {
-  bind(args);
-  std::vector<DevicePtr> addresses;
-  relocate(args, addresses);
-  verify(args, addresses);
-  stream.enqueue(
-      [this, addresses = std::move(addresses), on_done = std::move(on_done)]() {
-        LaunchStats stats = device_.execute(*executable_, addresses);
-        if (on_done) on_done(stats);
-        return stats.time_ns;
-      });
+  enqueue(this, stream, args, std::move(on_done));
 }
 
 LaunchStats LoadedProgram::run(std::span<const ArgBinding> args) const {
-  bind(args);
-  std::vector<DevicePtr> addresses;
-  relocate(args, addresses);
-  verify(args, addresses);
-  return device_.execute(*executable_, addresses);
+  return device_.execute(*executable_, checked_addresses(args));
 }
 
 }  // namespace spyre::rt

@@ -177,16 +177,33 @@ TEST(ElementwiseKernel, KeysDifferWhenPlacementsDo) {
   k.inputs = {matrix_operand()};
   k.output = matrix_operand();
   k.steps = {kernels::copy_step()};
-  std::string a, b, c;
+  kernels::KeyWriter a, same, b, c, d;
   k.append_key(a);
+  k.append_key(same);
   k.inputs[0].offset = 128;
   k.append_key(b);
   k.inputs[0].offset = 0;
   k.steps[0] =
       kernels::scalar_step(VecOp::kMul, 0, 0.1 + 1e-12, DType::kFloat32);
   k.append_key(c);
-  EXPECT_NE(a, b);
-  EXPECT_NE(a, c);
+  k.steps[0].imm = 0.1;  // equal to c's as text of 6 decimals
+  k.append_key(d);
+  EXPECT_EQ(a.bytes(), same.bytes());
+  EXPECT_NE(a.bytes(), b.bytes());
+  EXPECT_NE(a.bytes(), c.bytes());
+  EXPECT_NE(c.bytes(), d.bytes());
+}
+
+// Strings and lists are written after their length, so a value cannot run
+// into the next one.
+TEST(KeyWriter, LengthsSeparateValues) {
+  kernels::KeyWriter ab_c, a_bc, list12_3, list1_23;
+  ab_c.add("ab").add("c");
+  a_bc.add("a").add("bc");
+  EXPECT_NE(ab_c.bytes(), a_bc.bytes());
+  list12_3.add_list(std::vector<int64_t>{1, 2}).add(int64_t{3});
+  list1_23.add_list(std::vector<int64_t>{1}).add(int64_t{2}).add(int64_t{3});
+  EXPECT_NE(list12_3.bytes(), list1_23.bytes());
 }
 
 }  // namespace

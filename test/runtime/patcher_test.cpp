@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -301,6 +303,27 @@ TEST_F(PatcherTest, LaunchOnAStreamRunsInOrderAndReportsStats) {
   EXPECT_EQ(device_.launches(), 4);
   EXPECT_DOUBLE_EQ(stream.device_time_ns(), 4000.0);
   EXPECT_EQ(device_.last_addresses()[0], args_[kSlotX].ptr);
+}
+
+// A cache may evict a program while launches of it are queued: the queued
+// launch owns a share of the program, which is released once it ran.
+TEST_F(PatcherTest, QueuedLaunchOwnsASharedProgram) {
+  Stream stream(device_, 3);
+  std::mutex gate;
+  std::unique_lock<std::mutex> hold(gate);
+  stream.enqueue([&] {  // keeps the launch below queued until released
+    std::lock_guard<std::mutex> wait(gate);
+    return 0.0;
+  });
+  auto shared =
+      std::make_shared<const LoadedProgram>(device_, sample_program());
+  std::weak_ptr<const LoadedProgram> watch = shared;
+  LoadedProgram::launch(std::move(shared), stream, args_);
+  EXPECT_FALSE(watch.expired());
+  hold.unlock();
+  stream.synchronize();
+  EXPECT_EQ(device_.launches(), 1);
+  EXPECT_TRUE(watch.expired());
 }
 
 TEST_F(PatcherTest, LaunchFailsInTheCallerBeforeEnqueueing) {

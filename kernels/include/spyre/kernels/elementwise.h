@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "spyre/kernels/key.h"
 #include "spyre/kernels/program_builder.h"
 #include "spyre/runtime/program.h"
 
@@ -45,8 +46,8 @@ struct StickOperand {
   int64_t stick_stride = rt::kStickBytes;
 
   uint32_t elements_per_stick() const { return rt::elements_per_stick(dtype); }
-  // Appends what identifies the placement (for program cache keys).
-  void append_key(std::string& key) const;
+  // Writes what identifies the placement (for program cache keys).
+  void append_key(KeyWriter& key) const;
 };
 
 // One vector step. Values are numbered: inputs 0..n_inputs-1, then each step
@@ -69,6 +70,9 @@ struct ElementwiseStep {
   bool src1_is_imm = false;
   double imm = 0;
   double imm2 = 0;
+
+  // Writes every field (for program cache keys).
+  void append_key(KeyWriter& key) const;
 };
 
 // Steps by arity; `dtype` is that of the value made.
@@ -97,7 +101,9 @@ struct ElementwiseKernel {
   std::vector<ElementwiseStep> steps;
   Target target;  // the device planned for (program_builder.h)
 
-  void append_key(std::string& key) const;
+  // Writes everything the built program depends on (for program cache
+  // keys), tagged as an elementwise kernel.
+  void append_key(KeyWriter& key) const;
 };
 
 // Slots: inputs 0..n-1, output n. Throws KernelBuildError when the kernel

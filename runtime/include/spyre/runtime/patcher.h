@@ -56,7 +56,9 @@ struct ArgBinding {
   std::vector<int64_t> device_size;  // the tensor's device layout
 };
 
-class LoadedProgram {
+// Shared ownership (enable_shared_from_this) lets a launch queued on a stream
+// own its program: a cache may drop a program while launches of it wait.
+class LoadedProgram : public std::enable_shared_from_this<LoadedProgram> {
  public:
   // Validates, uploads constants, plans and prepares. Throws
   // kMalformedProgram for a program the device cannot run.
@@ -77,13 +79,30 @@ class LoadedProgram {
               std::span<const DevicePtr> addresses) const;
 
   // All three steps, then publishes the launch to `stream`. `on_done`, when
-  // given, receives the launch's stats on the stream's thread.
+  // given, receives the launch's stats on the stream's thread. The queued
+  // launch owns a share of `program`, so it runs whatever becomes of the
+  // caller's references.
+  static void launch(std::shared_ptr<const LoadedProgram> program,
+                     Stream& stream, std::span<const ArgBinding> args,
+                     std::function<void(const LaunchStats&)> on_done = {});
+  // The same for a program the caller keeps alive until the stream ran the
+  // launch (a program on the stack of a test or benchmark that synchronizes).
   void launch(Stream& stream, std::span<const ArgBinding> args,
               std::function<void(const LaunchStats&)> on_done = {}) const;
   // Runs the launch synchronously without a stream (tests, benchmarks).
   LaunchStats run(std::span<const ArgBinding> args) const;
 
  private:
+  // Steps 1..3: the patched addresses, or raises.
+  std::vector<DevicePtr> checked_addresses(
+      std::span<const ArgBinding> args) const;
+  // Queues the launch on `stream`; `Ref` (a plain pointer or a shared_ptr)
+  // is what the queued work holds the program by.
+  template <typename Ref>
+  static void enqueue(Ref program, Stream& stream,
+                      std::span<const ArgBinding> args,
+                      std::function<void(const LaunchStats&)> on_done);
+
   Device& device_;
   Program program_;
   PatchPlan plan_;

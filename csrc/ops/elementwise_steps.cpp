@@ -1,0 +1,48 @@
+#include "ops/elementwise_steps.h"
+
+#include "ops/launch.h"
+
+namespace spyre::torch_glue::ops {
+
+using rt::VecOp;
+
+rt::DType compute_dtype(at::ScalarType type) {
+  return at::isFloatingType(type) ? rt::DType::kFloat32 : rt::DType::kInt64;
+}
+
+double compute_scalar(const at::Scalar& value, at::ScalarType common) {
+  switch (common) {
+    case at::kHalf:
+      return static_cast<float>(value.to<at::Half>());
+    case at::kBFloat16:
+      return static_cast<float>(value.to<at::BFloat16>());
+    case at::kFloat:
+      return value.to<float>();
+    case at::kBool:
+      return value.to<bool>() ? 1 : 0;
+    default:
+      return static_cast<double>(value.to<int64_t>());
+  }
+}
+
+double compute_parameter(const at::Scalar& value, at::ScalarType common) {
+  if (at::isFloatingType(common)) return value.to<float>();
+  return static_cast<double>(value.to<int64_t>());
+}
+
+void run_steps(const char* name, Operands& ops, const at::Tensor& out) {
+  if (out.numel() == 0) return;
+  const at::ScalarType result = ops.result.value_or(ops.common);
+  if (out.scalar_type() != result) {
+    ops.steps.back().dtype = device_dtype(result);
+    if (out.scalar_type() == at::kBool) {  // nonzero -> true, as a cast does
+      ops.push(kernels::scalar_step(VecOp::kNe, ops.next_id() - 1, 0,
+                                    rt::DType::kBool));
+    } else {
+      ops.push(kernels::copy_step(ops.next_id() - 1));
+    }
+  }
+  launch_elementwise(name, ops.tensors, out, ops.steps);
+}
+
+}  // namespace spyre::torch_glue::ops

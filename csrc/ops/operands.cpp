@@ -1,0 +1,261 @@
+#include "ops/operands.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+#include "device_layout.h"
+#include "ops/launch.h"
+#include "ops/op_stats.h"
+#include "storage_ops.h"
+
+namespace spyre::torch_glue::ops {
+namespace {
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t j = sizes.size(); j-- > 1;) {
+    strides[j - 1] = strides[j] * sizes[j];
+  }
+  return strides;
+}
+
+// Per host dim: the device byte stride of a step, for layouts where every
+// non-stick host dim is walked by exactly one device dim with step 1 and the
+// stick host dim by the stick plus at most one dim stepping whole sticks.
+// Returns false for other layouts. `stick_stride` gets the bytes between
+// consecutive sticks of a row.
+bool host_dim_coefficients(const DeviceLayout& layout,
+                           std::vector<int64_t>& coeff, int64_t& stick_dim,
+                           int64_t& stick_stride) {
+  const size_t m = layout.device_size.size();
+  const int64_t per_stick = layout.elements_per_stick();
+  std::vector<int64_t> device_strides(m, 0);  // bytes, for k < m - 1
+  int64_t bytes = rt::kStickBytes;
+  for (size_t k = m - 1; k-- > 0;) {
+    device_strides[k] = bytes;
+    bytes *= layout.device_size[k];
+  }
+  stick_dim = layout.dim_map[m - 1];
+  stick_stride = rt::kStickBytes;
+  coeff.assign(layout.host_sizes.size(), -1);
+  std::vector<int> walkers(layout.host_sizes.size(), 0);
+  for (size_t k = 0; k + 1 < m; ++k) {
+    const int64_t j = layout.dim_map[k];
+    if (j < 0) continue;  // synthetic, size 1
+    ++walkers[j];
+    if (j == stick_dim) {
+      if (layout.dim_step[k] != per_stick) return false;
+      stick_stride = device_strides[k];
+    } else {
+      if (layout.dim_step[k] != 1) return false;
+      coeff[j] = device_strides[k];
+    }
+  }
+  for (size_t j = 0; j < walkers.size(); ++j) {
+    if (walkers[j] > 1) return false;
+    if (static_cast<int64_t>(j) == stick_dim) {
+      if (walkers[j] == 0 && layout.host_sizes[j] > per_stick) return false;
+    } else if (walkers[j] == 0 && layout.host_sizes[j] > 1) {
+      return false;
+    } else if (walkers[j] == 0) {
+      coeff[j] = 0;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<rt::DType> maybe_device_dtype(at::ScalarType type) {
+  switch (type) {
+    case at::kHalf:
+      return rt::DType::kFloat16;
+    case at::kBFloat16:
+      return rt::DType::kBFloat16;
+    case at::kFloat:
+      return rt::DType::kFloat32;
+    case at::kChar:
+      return rt::DType::kInt8;
+    case at::kInt:
+      return rt::DType::kInt32;
+    case at::kLong:
+      return rt::DType::kInt64;
+    case at::kBool:
+      return rt::DType::kBool;
+    case at::kByte:
+      return rt::DType::kUInt8;
+    default:
+      return std::nullopt;
+  }
+}
+
+bool has_device_dtype(at::ScalarType type) {
+  return maybe_device_dtype(type).has_value();
+}
+
+rt::DType device_dtype(at::ScalarType type) {
+  auto dtype = maybe_device_dtype(type);
+  TORCH_CHECK_TYPE(dtype.has_value(), "spyre: dtype ", type,
+                   " has no device representation for kernels");
+  return *dtype;
+}
+
+std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
+                                                   at::IntArrayRef sizes,
+                                                   at::IntArrayRef strides,
+                                                   int64_t offset) {
+  const DeviceLayout& layout = tensor_layout(tensor);
+  const auto dtype = maybe_device_dtype(tensor.scalar_type());
+  if (!dtype || layout.element_size != tensor.element_size()) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> coeff;
+  int64_t stick_dim = 0, stick_stride = 0;
+  if (!host_dim_coefficients(layout, coeff, stick_dim, stick_stride)) {
+    return std::nullopt;
+  }
+  const std::vector<int64_t>& host = layout.host_sizes;
+  const std::vector<int64_t> host_strides = contiguous_strides(host);
+  // Coordinates of element 0 of the view, and how far the view reaches
+  // along each host dim from there.
+  std::vector<int64_t> start(host.size()), reach(host.size(), 0);
+  int64_t rest = offset;
+  for (size_t j = 0; j < host.size(); ++j) {
+    start[j] = rest / host_strides[j];
+    rest %= host_strides[j];
+  }
+  if (host.empty() || start[0] >= host[0]) return std::nullopt;
+
+  kernels::StickOperand op;
+  op.dtype = *dtype;
+  op.stick_stride = stick_stride;
+  const size_t n = std::max<size_t>(sizes.size(), 1);
+  op.strides.assign(n - 1, 0);
+  for (size_t d = 0; d + 1 < sizes.size(); ++d) {
+    if (sizes[d] == 1 || strides[d] == 0) continue;
+    if (strides[d] < 0) return std::nullopt;
+    // The outermost host dim whose stride divides the view's stride.
+    size_t j = 0;
+    while (j < host.size() && strides[d] % host_strides[j] != 0) ++j;
+    if (j == host.size()) return std::nullopt;
+    const int64_t steps = strides[d] / host_strides[j];
+    if (static_cast<int64_t>(j) == stick_dim) {
+      // Only the rows dim of a cols-broadcast view may walk the sticks
+      // ([rows, 1] against [rows, cols]).
+      const bool rows_dim = d + 2 == sizes.size();
+      if (!rows_dim || steps != 1 || strides.back() != 0) return std::nullopt;
+      op.cols = kernels::StickOperand::Cols::kRowsAlongSticks;
+      reach[j] += sizes[d] - 1;
+      continue;
+    }
+    reach[j] += steps * (sizes[d] - 1);
+    op.strides[d] = steps * coeff[j];
+  }
+  const int64_t cols = sizes.empty() ? 1 : sizes.back();
+  const int64_t cols_stride = sizes.empty() ? 0 : strides.back();
+  if (op.cols == kernels::StickOperand::Cols::kRowsAlongSticks) {
+    // cols broadcast: the element of each row is placed by the rows dim
+  } else if (cols_stride == 0) {
+    op.cols = kernels::StickOperand::Cols::kBroadcast;
+  } else {
+    if (cols_stride != 1 || static_cast<int64_t>(host.size()) - 1 != stick_dim)
+      return std::nullopt;
+    reach[stick_dim] += cols - 1;
+  }
+  int64_t bytes = 0;
+  for (size_t j = 0; j < host.size(); ++j) {
+    if (start[j] + reach[j] >= host[j]) return std::nullopt;
+    if (static_cast<int64_t>(j) != stick_dim) bytes += start[j] * coeff[j];
+  }
+  const int64_t per_stick = op.elements_per_stick();
+  bytes += start[stick_dim] / per_stick * stick_stride;
+  op.offset = static_cast<uint64_t>(bytes);
+  op.first = static_cast<uint32_t>(start[stick_dim] % per_stick);
+  return op;
+}
+
+std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor) {
+  return stick_operand(tensor, tensor.sizes(), tensor.strides(),
+                       tensor.storage_offset());
+}
+
+bool write_needs_read(const at::Tensor& tensor, at::IntArrayRef sizes,
+                      const kernels::StickOperand& operand) {
+  if (operand.first != 0) return true;
+  const int64_t per_stick = operand.elements_per_stick();
+  const int64_t cols = sizes.empty() ? 1 : sizes.back();
+  if (cols % per_stick == 0) return false;
+  // The last stick is partly outside the view: harmless only when the rest
+  // is padding, i.e. the view ends its storage row.
+  const DeviceLayout& layout = tensor_layout(tensor);
+  const int64_t row = layout.host_sizes.back();
+  return cols != row;
+}
+Iteration::Iteration(const at::Tensor& out) {
+  for (int64_t d = 0; d < out.dim(); ++d) {
+    if (out.size(d) != 1) out_dims_.push_back(d);
+  }
+  std::stable_sort(
+      out_dims_.begin(), out_dims_.end(),
+      [&](int64_t a, int64_t b) { return out.stride(a) > out.stride(b); });
+  for (int64_t d : out_dims_) shape_.push_back(out.size(d));
+  synthetic_cols_ = !out_dims_.empty() && out.stride(out_dims_.back()) != 1;
+  if (shape_.empty() || synthetic_cols_) shape_.push_back(1);
+}
+
+std::vector<int64_t> Iteration::strides(const at::Tensor& t, int64_t out_rank,
+                                        bool is_output) const {
+  std::vector<int64_t> result;
+  result.reserve(shape_.size());
+  for (int64_t d : out_dims_) {
+    const int64_t td = d - (out_rank - t.dim());
+    result.push_back(td < 0 || t.size(td) == 1 ? 0 : t.stride(td));
+  }
+  if (result.size() < shape_.size()) result.push_back(is_output ? 1 : 0);
+  return result;
+}
+
+at::Tensor empty_like_default(const at::Tensor& tensor) {
+  return at::empty(tensor.sizes(), tensor.options());
+}
+
+void write_through_host(const at::Tensor& src, const at::Tensor& dst) {
+  ++op_counters().host_materializations;
+  const at::Tensor values = src.cpu();
+  at::Tensor image = host_image(dst.storage());
+  const int64_t elements = image.numel() / dst.element_size();
+  at::from_blob(image.data_ptr(), {elements},
+                at::TensorOptions().dtype(dst.scalar_type()))
+      .as_strided(dst.sizes(), dst.strides(), dst.storage_offset())
+      .copy_(values);
+  write_image(dst.storage(), image.data_ptr<uint8_t>(), false);
+}
+
+// A device copy into a fresh tensor works when the copy kernel can read
+// `tensor` over the fresh tensor's iteration; a column view copied into a
+// row of sticks cannot (it would itself need materializing), so it goes
+// through the host.
+at::Tensor materialize(const at::Tensor& tensor) {
+  at::Tensor fresh = empty_like_default(tensor);
+  if (tensor.numel() == 0) return fresh;
+  const Iteration it(fresh);
+  if (stick_operand(tensor, it.sizes(), it.strides(tensor, fresh.dim(), false),
+                    tensor.storage_offset())
+          .has_value()) {
+    ++op_counters().device_materializations;
+    launch_elementwise("copy", {tensor}, fresh, {kernels::copy_step()});
+    return fresh;
+  }
+  write_through_host(tensor, fresh);
+  return fresh;
+}
+
+at::Tensor addressable(const at::Tensor& tensor) {
+  if (tensor.numel() == 0 || stick_operand(tensor).has_value()) return tensor;
+  return materialize(tensor);
+}
+
+}  // namespace spyre::torch_glue::ops

@@ -1,0 +1,80 @@
+// How kernels address the tensors of eager ops (the operand model).
+//
+// A tensor's storage is bound whole (launch.h); a kernel addresses a view
+// inside it through a StickOperand: byte offsets and strides over the
+// storage's device layout. Views no kernel can address are materialized
+// first: a copy in the default layout, contiguous, offset 0, done by a
+// device program when the copy kernel can read the view, else through the
+// host image (counted: op_stats().host_materializations).
+// Padding: bytes of a stick beyond a row's last element are unspecified
+// after a kernel wrote the storage; kernels never read them as data.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "spyre/kernels/elementwise.h"
+
+namespace spyre::torch_glue::ops {
+
+// The device dtype of a torch dtype; nullopt when the device has none
+// (float64, int16, ...: such ops go to the CPU fallback).
+std::optional<rt::DType> maybe_device_dtype(at::ScalarType type);
+bool has_device_dtype(at::ScalarType type);
+rt::DType device_dtype(at::ScalarType type);  // raises when there is none
+
+// How a kernel addresses the elements of `tensor`'s storage seen through
+// (sizes, strides, offset) (elements, as PyTorch's as_strided): the last dim
+// becomes the kernel's cols dim, the others its outer dims. nullopt when the
+// storage's layout cannot serve that view with stick transfers (e.g. the
+// cols dim does not run along the sticks); materialize() such views.
+std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
+                                                   at::IntArrayRef sizes,
+                                                   at::IntArrayRef strides,
+                                                   int64_t offset);
+// The same for the tensor's own view.
+std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor);
+
+// True when writing the stick operand of (sizes, strides, offset) whole
+// sticks would overwrite elements outside the view (the kernel must read
+// the sticks first).
+bool write_needs_read(const at::Tensor& tensor, at::IntArrayRef sizes,
+                      const kernels::StickOperand& operand);
+
+// `tensor`'s values in a fresh contiguous tensor with the default layout.
+at::Tensor materialize(const at::Tensor& tensor);
+// `tensor` itself when a kernel can address it, else materialize(tensor).
+at::Tensor addressable(const at::Tensor& tensor);
+// A fresh tensor of `tensor`'s shape and options in the default layout.
+at::Tensor empty_like_default(const at::Tensor& tensor);
+// dst's elements <- src's (same shape), through dst's host image: the
+// general path for views no kernel can address (counted).
+void write_through_host(const at::Tensor& src, const at::Tensor& dst);
+
+// The iteration space of an elementwise launch: out's dims of size > 1 (or
+// one dim of size 1), in out's memory order (outermost first), so a permuted
+// output (and inputs permuted alike) still has its sticks along the cols
+// dim; and each operand's strides over it.
+class Iteration {
+ public:
+  explicit Iteration(const at::Tensor& out);
+
+  const std::vector<int64_t>& sizes() const { return shape_; }
+  // `t` broadcast to out (aligned at the last dim), as element strides over
+  // the iteration; a size-1 cols dim gives the output a unit stride.
+  std::vector<int64_t> strides(const at::Tensor& t, int64_t out_rank,
+                               bool is_output) const;
+
+ private:
+  std::vector<int64_t> shape_;
+  std::vector<int64_t> out_dims_;  // which dims of out they are
+  // out's innermost dim is not contiguous (a column of a matrix): a size-1
+  // cols dim is added, so that dim becomes rows of one-element sticks.
+  bool synthetic_cols_ = false;
+};
+
+}  // namespace spyre::torch_glue::ops
