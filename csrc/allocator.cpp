@@ -190,8 +190,19 @@ c10::DataPtr allocate_with_layout(c10::DeviceIndex device,
   const uint64_t bytes = allocation->layout->device_bytes();
   if (bytes > 0) {
     rt::Stream& stream = runtime_stream(current_stream(device));
-    allocation->ptr = call_runtime(
-        [&] { return runtime_allocator(device).allocate(bytes, &stream); });
+    allocation->ptr = call_runtime([&] {
+      try {
+        return runtime_allocator(device).allocate(bytes, &stream);
+      } catch (const rt::Error& error) {
+        if (error.code() != rt::ErrorCode::kOutOfMemory) throw;
+        // Queued work keeps the storages it uses alive until it has run, so
+        // memory the program already let go of may only be held by it: wait
+        // for the device's work (which releases that memory) and try once
+        // more, so the error, if any, counts only what is truly live.
+        runtime().synchronize(device);
+        return runtime_allocator(device).allocate(bytes, &stream);
+      }
+    });
     counters(device).allocated_bytes += static_cast<int64_t>(bytes);
   }
   void* data = reinterpret_cast<void*>(allocation->ptr);

@@ -10,7 +10,6 @@
 namespace spyre::torch_glue {
 namespace {
 
-constexpr size_t kMaxDevices = 64;
 constexpr uint64_t kPoolStreamsPerDevice = 8;
 
 std::array<std::atomic<bool>, kMaxDevices>& initialized_flags() {
@@ -58,21 +57,40 @@ rt::Runtime& runtime() {
 
 c10::DeviceIndex device_count() noexcept {
   try {
-    return static_cast<c10::DeviceIndex>(rt::Runtime::get().device_count());
+    const int count = rt::Runtime::get().device_count();
+    // More devices than the glue can index are none it can use;
+    // check_device_index() says why.
+    return count <= static_cast<int>(kMaxDevices)
+               ? static_cast<c10::DeviceIndex>(count)
+               : 0;
   } catch (...) {
-    return 0;
+    return 0;  // check_device_index() raises the cause
   }
 }
 
+namespace {
+
+// No usable device: raises why, when there is a reason other than a
+// backend that has none (a backend that failed to start, too many devices).
+void explain_no_devices() {
+  rt::Runtime& rt = runtime();  // a start-up failure raises its own error
+  TORCH_CHECK(rt.device_count() <= static_cast<int>(kMaxDevices),
+              "spyre: backend '", rt.backend_name(), "' reports ",
+              rt.device_count(), " devices; at most ", kMaxDevices,
+              " are supported (the sim backend takes their number from "
+              "SPYRE_SIM_DEVICES)");
+}
+
+}  // namespace
+
 void check_device_index(c10::DeviceIndex index) {
   const c10::DeviceIndex count = device_count();
+  if (count == 0) explain_no_devices();
   TORCH_CHECK_VALUE(index >= 0 && index < count, "spyre: device index ",
                     int(index), " is out of range; this process has ",
                     int(count),
                     " spyre device(s) (the sim backend reads their number from "
                     "SPYRE_SIM_DEVICES)");
-  TORCH_CHECK(static_cast<size_t>(index) < kMaxDevices, "spyre: at most ",
-              kMaxDevices, " devices are supported");
 }
 
 c10::DeviceIndex resolve_device_index(c10::DeviceIndex index) {

@@ -9,6 +9,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
 
+#include <cstddef>
 #include <utility>
 
 #include "spyre/runtime/error.h"
@@ -17,6 +18,9 @@
 namespace spyre::torch_glue {
 
 inline constexpr c10::DeviceType kSpyre = c10::DeviceType::PrivateUse1;
+// Devices the glue can index (its per-device tables are this long); a
+// backend that reports more is refused with an error saying so.
+inline constexpr size_t kMaxDevices = 64;
 
 // Never throws: 0 when the runtime cannot start.
 c10::DeviceIndex device_count() noexcept;

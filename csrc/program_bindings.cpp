@@ -50,6 +50,15 @@ rt::Tile tile_of(const TileTuple& t) {
 }
 
 // rt::Program plus the per-core lookup the builder methods need.
+// The limits programs for spyre device `device` (-1: the current one) are
+// validated against: that device's own.
+rt::ProgramLimits limits_of(c10::DeviceIndex device) {
+  namespace glue = spyre::torch_glue;
+  return glue::runtime_device(glue::resolve_device_index(device))
+      .properties()
+      .limits();
+}
+
 class ProgramSpec {
  public:
   explicit ProgramSpec(std::string name) { program_.name = std::move(name); }
@@ -302,12 +311,10 @@ void bind_spec(py::module_& m) {
           py::arg("spad"), py::arg("bytes"))
       .def(
           "validate",
-          [](const ProgramSpec& s, uint32_t num_cores,
-             uint32_t scratchpad_bytes) {
-            rt::validate(s.program(),
-                         rt::ProgramLimits{num_cores, scratchpad_bytes});
+          [](const ProgramSpec& s, c10::DeviceIndex device) {
+            rt::validate(s.program(), limits_of(device));
           },
-          py::arg("num_cores"), py::arg("scratchpad_bytes"))
+          py::arg("device") = -1)
       .def("serialize",
            [](const ProgramSpec& s) {
              std::vector<uint8_t> bytes = rt::serialize(s.program());
@@ -326,14 +333,14 @@ void bind_spec(py::module_& m) {
 
   m.def(
       "deserialize_program",
-      [](const py::bytes& data, uint32_t num_cores, uint32_t scratchpad_bytes) {
+      [](const py::bytes& data, c10::DeviceIndex device) {
         std::string_view view = data;
         return ProgramSpec(rt::deserialize(
             std::span<const uint8_t>(
                 reinterpret_cast<const uint8_t*>(view.data()), view.size()),
-            rt::ProgramLimits{num_cores, scratchpad_bytes}));
+            limits_of(device)));
       },
-      py::arg("data"), py::arg("num_cores"), py::arg("scratchpad_bytes"));
+      py::arg("data"), py::arg("device") = -1);
 }
 
 // What a builder plans for: the chip of spyre device `device` (-1: the

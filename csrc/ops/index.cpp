@@ -45,7 +45,12 @@ void run_gather(at::Tensor table, int64_t dim, at::Tensor index,
     table = materialize(table);
     t = table_view();
   }
-  if (index.dim() == 0) index = index.reshape({1});
+  // The indices are read in order, whatever their shape, so any shape may
+  // be flattened. Flatten those whose last dim is 1 (ids of shape [batch,
+  // 1] in a decode step): their layout drops that dim and runs the one
+  // before it along the sticks, so they are no matrix of rows of sticks,
+  // while their flat view is one run of sticks.
+  if (index.dim() == 0 || index.size(-1) == 1) index = index.reshape({-1});
   const kernels::Matrix idx = matrix_operand(index, 0);
   // out: the table's batches around the index's dims (its rows).
   const int64_t trailing = n - 1 - dim;  // table dims after `dim`

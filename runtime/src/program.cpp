@@ -504,13 +504,12 @@ class Validator {
   }
 
   void check_share_groups() const {
-    constexpr size_t kMaxShareMembers = 8;
     for (const auto& [group, members] : share_groups_) {
       RingEnd first{members[0].core_index, members[0].instruction, 0, 0};
-      if (members.size() > kMaxShareMembers) {
+      if (members.size() > limits_.max_broadcast_cores) {
         fail_at(first, "DmaLoad", "share group ", group, " has ",
-                members.size(), " members; at most ", kMaxShareMembers,
-                " cores can share a read");
+                members.size(), " members; at most ",
+                limits_.max_broadcast_cores, " cores can share a read");
       }
       std::set<size_t> cores;
       for (const ShareMember& m : members) {

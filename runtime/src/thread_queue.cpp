@@ -4,6 +4,17 @@
 // asleep, so enqueueing stays cheap; the worker swaps the whole vector out and
 // runs it with the lock released, so work may itself submit more work.
 //
+// Two rules keep a queue safe to use from a host thread that holds a lock
+// the work's owners may need (the Python GIL):
+// - the worker never destroys work it ran: it hands each item back
+//   ("retired"), and the host threads that submit or wait destroy them, so
+//   dropping the last reference to a tensor's storage (whose Python object
+//   needs the GIL to go) never happens on the worker;
+// - at most kMaxQueuedWork items wait or run (backpressure, as drivers bound
+//   their command buffers): a host loop that queues faster than the device
+//   runs blocks in submit() instead of growing memory without bound. Work
+//   submitted by running work is never held back (it would wait for itself).
+//
 // Waking a sleeping thread costs a system call (microseconds), far more than
 // the enqueue itself. Launch-heavy callers submit in bursts with short host
 // gaps between items, so an idle worker first polls for new work for a short
@@ -15,6 +26,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <iterator>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -28,6 +40,10 @@ namespace {
 // How long an idle worker polls before sleeping: covers the host-side gap
 // between eager launches without keeping a core busy for long.
 constexpr auto kIdlePollTime = std::chrono::microseconds(50);
+
+// kMaxQueuedWork (device.h): deep enough that the host stays far ahead of
+// the device (eager launches take microseconds to queue), shallow enough
+// that what queued work holds alive stays bounded.
 
 class ThreadQueue final : public Queue {
  public:
@@ -48,9 +64,15 @@ class ThreadQueue final : public Queue {
   }
 
   void submit(Work work) override {
+    std::vector<Work> retired;  // destroyed here, after the lock is dropped
     bool wake;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (unfinished_ >= kMaxQueuedWork &&
+          std::this_thread::get_id() != worker_.get_id()) {
+        room_.wait(lock, [this] { return unfinished_ < kMaxQueuedWork; });
+      }
+      retired.swap(retired_);
       items_.push_back(std::move(work));
       ++unfinished_;
       queued_.fetch_add(1, std::memory_order_release);
@@ -66,11 +88,14 @@ class ThreadQueue final : public Queue {
           "wait for itself forever");
     poll_until_idle();
     std::exception_ptr error;
+    std::vector<Work> retired;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       became_idle_.wait(lock, [this] { return unfinished_ == 0; });
       std::swap(error, error_);
+      retired.swap(retired_);
     }
+    retired.clear();  // before rethrowing: nothing the work held outlives it
     if (error) std::rethrow_exception(error);
   }
 
@@ -102,14 +127,21 @@ class ThreadQueue final : public Queue {
       for (Work& work : batch_) {
         std::exception_ptr error = run_one(work);
         if (error && !first_error) first_error = error;
-        work = nullptr;  // release captures before the next item runs
       }
       const uint64_t ran = batch_.size();
-      batch_.clear();  // keeps its capacity: no allocation next time
       lock.lock();
+      // Ran work goes back to the host threads to destroy (see the top).
+      if (retired_.empty()) {
+        retired_.swap(batch_);
+      } else {
+        std::move(batch_.begin(), batch_.end(), std::back_inserter(retired_));
+        batch_.clear();
+      }
       if (first_error && !error_) error_ = first_error;
+      const bool was_full = unfinished_ >= kMaxQueuedWork;
       unfinished_ -= ran;
       finished_.fetch_add(ran, std::memory_order_release);
+      if (was_full) room_.notify_all();
       if (unfinished_ == 0) became_idle_.notify_all();
     }
   }
@@ -153,8 +185,10 @@ class ThreadQueue final : public Queue {
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::condition_variable became_idle_;
+  std::condition_variable room_;       // unfinished_ fell below the limit
   std::vector<Work> items_;            // queued, guarded by mutex_
   std::vector<Work> batch_;            // being run, worker only
+  std::vector<Work> retired_;          // ran, for a host thread to destroy
   uint64_t unfinished_ = 0;            // queued plus running
   std::atomic<uint64_t> queued_{0};    // submissions ever: polled lock-free
   std::atomic<uint64_t> finished_{0};  // work items ever run: polled too

@@ -93,3 +93,18 @@ def test_storage_only_dtypes_round_trip():
     assert torch.equal(torch.arange(40, dtype=torch.int16).to("spyre").cpu(),
                        torch.arange(40, dtype=torch.int16))
     assert "tensor(" in repr(torch.arange(5.0, device="spyre"))
+
+
+def test_too_many_or_bad_devices_say_why_at_first_use(fresh_python):
+    # 128 devices wrapped to -128 in torch's int8 device index; a garbage
+    # count surfaced as "0 devices". The first use now names the cause.
+    for value, cause in [("128", "at most 64 are supported"),
+                         ("lots", "SPYRE_SIM_DEVICES='lots' is not an integer")]:
+        result = fresh_python("""
+            import torch
+            print("count", torch.spyre.device_count())
+            torch.ones(1, device="spyre")
+        """, SPYRE_SIM_DEVICES=value)
+        assert result.returncode != 0
+        assert "count 0" in result.stdout, result.stdout
+        assert cause in result.stderr, result.stderr[-2000:]

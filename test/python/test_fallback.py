@@ -68,3 +68,16 @@ def test_strict_from_environment(fresh_python):
     """, SPYRE_STRICT="1")
     assert result.returncode == 0, result.stderr
     assert "refused: True" in result.stdout
+
+
+def test_strict_environment_spellings(fresh_python):
+    # false/off must not turn strict mode on; a typo is a clear error.
+    for value, strict in [("true", True), ("ON", True), ("yes", True), ("false", False),
+                          ("off", False), ("0", False), ("no", False)]:
+        result = fresh_python("import torch; print(torch.spyre.is_strict())",
+                              SPYRE_STRICT=value)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == str(strict), value
+    result = fresh_python("import torch; torch.spyre.is_strict()", SPYRE_STRICT="maybe")
+    assert result.returncode != 0
+    assert "SPYRE_STRICT='maybe' is not a boolean" in result.stderr

@@ -93,3 +93,43 @@ def test_out_of_memory_raises_and_allocator_stays_usable(fresh_python):
     """, SPYRE_SIM_MEMORY_GB="1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OOM:" in result.stdout
+
+
+def test_allocation_waits_for_queued_work_before_out_of_memory(fresh_python):
+    # Queued launches keep the storages they use alive until they ran. Memory
+    # the program let go of but queued work still held made a refill of a
+    # full device fail (8 of 60 tensors); the allocator now waits for the
+    # device's work before it raises, and the refill fits whole.
+    result = fresh_python("""
+        import torch
+        n = (16 << 20) // 4  # 16 MiB of float32
+        xs = [torch.empty(n, device="spyre") for _ in range(60)]
+        for x in xs:
+            x.fill_(1.0)
+            for _ in range(4):
+                x.mul_(1.5)
+        del xs, x
+        ys = [torch.empty(n, device="spyre") for _ in range(60)]
+        ys[-1].fill_(2.0)
+        assert torch.equal(ys[-1][:4].cpu(), torch.full((4,), 2.0))
+        print("refilled", len(ys))
+    """, SPYRE_SIM_MEMORY_GB="1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "refilled 60" in result.stdout
+
+
+def test_a_host_loop_that_outruns_the_device_runs_in_bounded_memory(fresh_python):
+    # Each queued launch keeps its tensors alive until it ran; with no bound
+    # on the queue this loop reached out of memory on a 4 GiB device (and
+    # 63 GiB on the default one). The stream queues apply backpressure.
+    result = fresh_python("""
+        import torch
+        x = torch.randn(128, 256, device="spyre")
+        for _ in range(20000):
+            (x * 1.01).relu().sum(0)
+        torch.spyre.synchronize()
+        print("peak MiB", torch.spyre.max_memory_allocated() / 2**20)
+    """, SPYRE_SIM_MEMORY_GB="4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    peak = float(result.stdout.split()[-1])
+    assert peak < 512, peak

@@ -25,6 +25,22 @@ def test_embedding(dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+def test_embedding_of_ids_with_trailing_unit_dims(dtype):
+    # A decode step of generate() with several prompts embeds ids of shape
+    # [batch, 1]; their layout drops the trailing 1 (it was an internal
+    # assert). Also a view of such ids with a storage offset.
+    w = rand((50, 16), dtype)
+    for shape in [(2, 1), (4, 1), (3, 1, 1), (1, 1), (2, 3, 1)]:
+        idx = torch.randint(0, 50, shape)
+        got = F.embedding(idx.to("spyre"), w.to("spyre"))
+        assert torch.equal(got.cpu(), F.embedding(idx, w)), shape
+    ids = torch.randint(0, 50, (5, 1))
+    view = ids.to("spyre")[2:]
+    assert torch.equal(F.embedding(view, w.to("spyre")).cpu(), F.embedding(ids[2:], w))
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_index_select(dtype):
     a = rand((4, 30, 70), dtype)
     idx = torch.tensor([3, 0, 2, 2, 1])

@@ -26,11 +26,13 @@ inline ChipFigures test_chip() {
   chip.scratchpad_bytes = 2u << 20;
   chip.costs.version = "fake-1";
   chip.costs.clock_ghz = 1.0;
+  chip.costs.max_broadcast_cores = 8;
   return chip;
 }
 inline ProgramLimits test_limits() {
   const ChipFigures chip = test_chip();
-  return {chip.num_cores, chip.scratchpad_bytes};
+  return {chip.num_cores, chip.scratchpad_bytes,
+          chip.costs.max_broadcast_cores};
 }
 
 class FakeDevice : public Device {

@@ -417,9 +417,9 @@ TEST(Validate, ShareGroupOfEightIsAccepted) {
 
 TEST(Validate, LimitsComeFromTheCaller) {
   Program p = sample_program();
-  EXPECT_THROW(validate(p, ProgramLimits{4, 2u << 20}), Error);  // core id 5
-  EXPECT_THROW(validate(p, ProgramLimits{32, 32768}), Error);    // footprint
-  EXPECT_NO_THROW(validate(p, ProgramLimits{6, 65536}));
+  EXPECT_THROW(validate(p, ProgramLimits{4, 2u << 20, 8}), Error);  // core id 5
+  EXPECT_THROW(validate(p, ProgramLimits{32, 32768, 8}), Error);    // footprint
+  EXPECT_NO_THROW(validate(p, ProgramLimits{6, 65536, 8}));
 }
 
 TEST(Validate, HugeStridesDoNotWrapIntoRange) {

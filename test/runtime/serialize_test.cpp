@@ -191,7 +191,7 @@ TEST(Deserialize, ValidatesAgainstTheLimits) {
   const std::vector<uint8_t> bytes = serialize(sample_program());
   EXPECT_NO_THROW(deserialize(bytes, kLimits));
   try {
-    deserialize(bytes, ProgramLimits{4, 2u << 20});
+    deserialize(bytes, ProgramLimits{4, 2u << 20, 8});
     FAIL() << "core id 5 accepted on a 4-core device";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kMalformedProgram);

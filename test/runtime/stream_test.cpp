@@ -56,6 +56,70 @@ TEST(ThreadQueue, KeepsEachSubmittersOrderUnderManyThreads) {
   for (auto [t, i] : ran) EXPECT_EQ(i, next[t]++) << "thread " << t;
 }
 
+// Backpressure: a host thread that queues faster than the work runs waits
+// once kMaxQueuedWork items are pending, and goes on when they ran.
+TEST(ThreadQueue, SubmitWaitsWhileTheQueueIsFull) {
+  auto queue = make_thread_queue("test");
+  std::latch open(1);
+  queue->submit([&open] {
+    open.wait();
+    return 0.0;
+  });
+  for (uint64_t i = 1; i < kMaxQueuedWork; ++i) {
+    queue->submit([] { return 0.0; });
+  }
+  std::atomic<bool> submitted{false};
+  std::thread producer([&] {
+    queue->submit([] { return 0.0; });
+    submitted = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(submitted) << "submit() returned with the queue full";
+  open.count_down();
+  producer.join();
+  EXPECT_TRUE(submitted);
+  queue->wait_idle();
+}
+
+// Work that submits work is never held back, or a full queue would wait
+// for itself.
+TEST(ThreadQueue, WorkSubmittedByWorkIsNeverHeldBack) {
+  auto queue = make_thread_queue("test");
+  std::atomic<int> ran{0};
+  queue->submit([&] {
+    for (uint64_t i = 0; i < 2 * kMaxQueuedWork; ++i) {
+      queue->submit([&ran] {
+        ++ran;
+        return 0.0;
+      });
+    }
+    return 0.0;
+  });
+  queue->wait_idle();
+  EXPECT_EQ(ran, static_cast<int>(2 * kMaxQueuedWork));
+}
+
+// What work holds is released on a host thread (the next submit or wait),
+// never on the worker: dropping a tensor's storage may need the GIL, which
+// a host thread waiting on the queue can hold.
+TEST(ThreadQueue, WorkIsDestroyedOnTheHostThread) {
+  auto queue = make_thread_queue("test");
+  struct Witness {
+    std::atomic<std::thread::id>* where;
+    ~Witness() {
+      if (where) *where = std::this_thread::get_id();
+    }
+  };
+  std::atomic<std::thread::id> destroyed_on;
+  for (int round = 0; round < 100; ++round) {
+    auto witness = std::make_shared<Witness>(Witness{&destroyed_on});
+    queue->submit([witness] { return 0.0; });
+    witness.reset();  // the queued work holds the last reference
+    queue->wait_idle();
+    EXPECT_EQ(destroyed_on.load(), std::this_thread::get_id()) << round;
+  }
+}
+
 TEST(ThreadQueue, IdleReflectsPendingWork) {
   auto queue = make_thread_queue("test");
   EXPECT_TRUE(queue->idle());

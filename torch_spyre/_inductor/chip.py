@@ -16,6 +16,7 @@ import torch
 
 @dataclasses.dataclass(frozen=True)
 class Chip:
+    device: int              # the spyre device index it was read from
     num_cores: int
     scratchpad_bytes: int    # per core
     scratchpad_reserve: int  # per core, kept by the device software
@@ -35,7 +36,7 @@ class Chip:
 @functools.lru_cache(maxsize=None)
 def chip_of(index: int) -> Chip:
     props = torch.spyre.get_device_properties(index)
-    return Chip(props.num_cores, props.scratchpad_bytes, props.scratchpad_reserve)
+    return Chip(index, props.num_cores, props.scratchpad_bytes, props.scratchpad_reserve)
 
 
 def device_index(device) -> int:

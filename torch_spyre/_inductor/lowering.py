@@ -972,8 +972,7 @@ def _ring_cores(plan: KernelPlan, num_cores: int) -> int:
     return min(num_cores, red_outer[0][1])
 
 
-def _lower_ring_reduction(plan, spec, slots, arg_names, ncores, budget, device_cores,
-                          scratchpad_bytes):
+def _lower_ring_reduction(plan, spec, slots, arg_names, ncores, budget, chip: Chip):
     n0 = plan.node_spaces[0].red_outer[0][1]
     cores = list(range(ncores))
     peak = 0
@@ -991,7 +990,7 @@ def _lower_ring_reduction(plan, spec, slots, arg_names, ncores, budget, device_c
                 if peak > budget:
                     raise SpyreKernelTooLarge(f"{plan.name}: a reduction block needs {peak} "
                                               f"bytes of scratchpad, {budget} available")
-    spec.validate(device_cores, scratchpad_bytes)
+    spec.validate(chip.device)
     info = dict(cores=ncores, blocks=ncores, rows_per_block=1, region_bytes=peak,
                 double_buffered=False, instructions=spec.instruction_count,
                 cross_core_reduction=True)
@@ -1011,7 +1010,6 @@ def lower_kernel(plan: KernelPlan, chip: Optional[Chip] = None):
     from . import config
     chip = chip or compile_chip()
     space = plan.space
-    device_cores, scratchpad_bytes = chip.num_cores, chip.scratchpad_bytes
     num_cores = chip.usable_cores()
     loads = []
     for node in plan.nodes:
@@ -1054,8 +1052,7 @@ def lower_kernel(plan: KernelPlan, chip: Optional[Chip] = None):
     region = need
     ring_cores = _ring_cores(plan, num_cores)
     if ring_cores > 1:
-        return _lower_ring_reduction(plan, spec, slots, arg_names, ring_cores, budget,
-                                     device_cores, scratchpad_bytes)
+        return _lower_ring_reduction(plan, spec, slots, arg_names, ring_cores, budget, chip)
     units = []
     import itertools
     outer_ranges = [range(n) for _, n in space.outer]
@@ -1077,7 +1074,7 @@ def lower_kernel(plan: KernelPlan, chip: Optional[Chip] = None):
             em = Emitter(plan, slots, spec, ci, (k % regions) * region, alloc)
             em.block(fixed, r0, R, rc, K)
             instructions += em.instructions
-    spec.validate(device_cores, scratchpad_bytes)
+    spec.validate(chip.device)
     info = dict(cores=ncores, blocks=len(units), rows_per_block=rc, region_bytes=region,
                 double_buffered=double, instructions=instructions)
     return spec, arg_names, info

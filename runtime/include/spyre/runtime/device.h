@@ -31,7 +31,8 @@ struct DeviceProperties {
   uint64_t memory_bytes = 0;  // total device memory
   ChipFigures chip;           // what program planners read (chip.h)
   ProgramLimits limits() const {
-    return {chip.num_cores, chip.scratchpad_bytes};
+    return {chip.num_cores, chip.scratchpad_bytes,
+            chip.costs.max_broadcast_cores};
   }
 };
 
@@ -68,7 +69,13 @@ class Queue {
   virtual bool idle() = 0;
 };
 
-// A queue with one worker thread; what most backends need.
+// A queue with one worker thread; what most backends need. At most
+// kMaxQueuedWork items wait or run at once: submit() from a host thread
+// blocks until there is room (work submitted by running work never does).
+// The worker never destroys work it ran: the next submit() or wait_idle()
+// on a host thread does, so releasing what work held (a tensor's storage
+// whose Python object needs the GIL) never happens on the worker.
+inline constexpr uint64_t kMaxQueuedWork = 1024;
 std::unique_ptr<Queue> make_thread_queue(std::string name);
 
 class Device {

@@ -4,7 +4,8 @@
 // once at load), and one instruction stream per used core. Instructions name
 // device memory only symbolically, as (slot, byte offset); the patcher turns
 // those into real addresses at launch (see patcher.h). Scratchpad addresses
-// are plain byte offsets into the core's own 2 MiB scratchpad.
+// are plain byte offsets into the core's own scratchpad (its size is the
+// device's, DeviceProperties::chip).
 //
 // Execution semantics (the contract every backend implements):
 // - Each core runs its stream in program order functionally. A backend may
@@ -261,6 +262,7 @@ struct Program {
 struct ProgramLimits {
   uint32_t num_cores = 0;
   uint32_t scratchpad_bytes = 0;
+  uint32_t max_broadcast_cores = 0;  // members of one share group
 };
 
 // Checks every invariant of a program: slot indices, alignment, scratchpad
