@@ -30,7 +30,9 @@ from typing import Optional
 import torch
 
 from .capture import SpyreKernelTooLarge, SpyreLoweringError
+from .kernel_defs import define_kernel, new_kernel_name
 from .layouts import BufferLayout, buffer_layout, dtype_name
+from .lowering import check_group, lower_kernel
 
 aten = torch.ops.aten
 
@@ -683,7 +685,6 @@ def lower_extern_product(wrapper, node) -> bool:
     from torch._inductor.virtualized import V
 
     from . import config
-    from .scheduling import define_kernel, new_kernel_name
     args, kwargs = node.unflatten_args(node.inputs, node.constant_args)
     bound = node.op_overload._schema
     values = list(args) + [kwargs[a.name] for a in bound.arguments[len(args):]]
@@ -740,7 +741,6 @@ def _write_relayout(wrapper, r: Relayout, device) -> None:
     if program is None:
         wrapper.writeline(f"{r.copy}.view({tuple(sizes)}).copy_({r.source})")
     else:
-        from .scheduling import define_kernel, new_kernel_name
         name = new_kernel_name(r.copy)
         spec, arg_names, info = program
         info.update(kind="relayout", nodes=[r.copy])
@@ -757,7 +757,6 @@ def _relayout_program(r: Relayout, dtype):
 
     from .capture import CapturedNode, Store, Value
     from .layouts import add_wrapper_buffer
-    from .lowering import check_group, lower_kernel
     add_wrapper_buffer(BufferLayout(r.copy, dtype, tuple(r.host_sizes)))
     dims = list(buffer_layout(r.source).host_sizes)
     index_vars = [sympy.Symbol(f"sp{i}", integer=True, nonnegative=True)
