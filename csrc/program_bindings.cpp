@@ -19,6 +19,7 @@
 #include "allocator.h"
 #include "device_state.h"
 #include "ops/launch.h"
+#include "spyre/kernels/loop_kernel.h"
 #include "spyre/kernels/matmul.h"
 #include "spyre/kernels/mlp.h"
 #include "spyre/kernels/program_builder.h"
@@ -429,6 +430,146 @@ std::pair<ProgramSpec, std::string> build_mlp_program(
           plan.describe()};
 }
 
+// A loop kernel's description (spyre/kernels/loop_kernel.h) from its plain
+// Python form: dicts and lists of numbers and strings, the same structure
+// JSON holds (so a description can be stored and rebuilt).
+template <typename T>
+T field(const py::dict& d, const char* key) {
+  if (!d.contains(key)) {
+    throw std::invalid_argument(
+        std::string("spyre loop kernel description: missing field '") + key +
+        "'");
+  }
+  return d[key].cast<T>();
+}
+
+template <typename T>
+std::optional<T> optional_field(const py::dict& d, const char* key) {
+  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
+  return d[key].cast<T>();
+}
+
+kernels::LoopRole role_of(const std::string& name) {
+  auto role = kernels::loop_role_from_name(name);
+  if (!role) {
+    throw std::invalid_argument(
+        "spyre loop kernel description: unknown loop "
+        "role '" +
+        name + "' (outer, row, col or reduced)");
+  }
+  return *role;
+}
+
+std::optional<kernels::BufferAccess> access_of(const py::dict& d,
+                                               const char* key) {
+  if (!d.contains(key) || d[key].is_none()) return std::nullopt;
+  const py::dict a = d[key].cast<py::dict>();
+  kernels::BufferAccess access;
+  access.base = field<std::vector<int64_t>>(a, "base");
+  for (const auto& v : field<py::list>(a, "vars")) {
+    const auto [role, index, dim, step] =
+        v.cast<std::tuple<std::string, uint32_t, uint32_t, int64_t>>();
+    access.vars.push_back({role_of(role), index, dim, step});
+  }
+  return access;
+}
+
+kernels::LoopKernel loop_kernel_of(const py::dict& d) {
+  kernels::LoopKernel k;
+  k.name = field<std::string>(d, "name");
+  k.outer = field<std::vector<int64_t>>(d, "outer");
+  k.rows = optional_field<int64_t>(d, "rows");
+  k.cols = optional_field<int64_t>(d, "cols");
+  k.col_tail = optional_field<int64_t>(d, "col_tail");
+  for (const auto& n : field<py::list>(d, "nodes")) {
+    k.nodes.push_back(
+        {field<std::vector<int64_t>>(n.cast<py::dict>(), "reduced_outer")});
+  }
+  for (const auto& item : field<py::list>(d, "buffers")) {
+    const py::dict b = item.cast<py::dict>();
+    kernels::LoopBuffer buf;
+    buf.name = field<std::string>(b, "name");
+    buf.dtype = dtype_of(field<std::string>(b, "dtype"));
+    buf.device_bytes = field<uint64_t>(b, "device_bytes");
+    buf.is_output = field<bool>(b, "is_output");
+    buf.device_size = field<std::vector<int64_t>>(b, "device_size");
+    buf.host_sizes = field<std::vector<int64_t>>(b, "host_sizes");
+    buf.stick_stride_bytes = field<int64_t>(b, "stick_stride_bytes");
+    buf.dim_stride_bytes = field<std::vector<int64_t>>(b, "dim_stride_bytes");
+    k.buffers.push_back(std::move(buf));
+  }
+  for (const auto& item : field<py::list>(d, "ops")) {
+    const py::dict o = item.cast<py::dict>();
+    kernels::LoopOp op;
+    const auto kind_name = field<std::string>(o, "op");
+    auto kind = kernels::loop_op_kind_from_name(kind_name);
+    if (!kind) {
+      throw std::invalid_argument(
+          "spyre loop kernel description: unknown op kind '" + kind_name + "'");
+    }
+    op.kind = *kind;
+    op.node = field<uint32_t>(o, "node");
+    if (o.contains("args")) op.args = field<std::vector<uint32_t>>(o, "args");
+    if (auto name = optional_field<std::string>(o, "name")) op.name = *name;
+    if (o.contains("dtype")) {
+      auto dtype = optional_field<std::string>(o, "dtype");
+      op.dtype = dtype ? std::optional(dtype_of(*dtype)) : std::nullopt;
+    }
+    op.to_float = optional_field<bool>(o, "to_float").value_or(false);
+    op.value = optional_field<double>(o, "value").value_or(0.0);
+    if (auto buffer = optional_field<std::string>(o, "buffer")) {
+      op.buffer = *buffer;
+    }
+    op.access = access_of(o, "access");
+    if (o.contains("terms")) {
+      for (const auto& t : field<py::list>(o, "terms")) {
+        const auto [role, index, coeff] =
+            t.cast<std::tuple<std::string, uint32_t, int64_t>>();
+        op.terms.push_back({role_of(role), index, coeff});
+      }
+    }
+    op.constant = optional_field<int64_t>(o, "constant").value_or(0);
+    op.part = optional_field<uint32_t>(o, "part").value_or(0);
+    k.ops.push_back(std::move(op));
+  }
+  for (const auto& item : field<py::list>(d, "stores")) {
+    const py::dict s = item.cast<py::dict>();
+    k.stores.push_back({field<uint32_t>(s, "node"), field<uint32_t>(s, "value"),
+                        field<std::string>(s, "buffer"),
+                        access_of(s, "access")});
+  }
+  return k;
+}
+
+// A loop kernel's program, built for device `device` (its cores and
+// scratchpad) by the kernel library. Returns the program and the work
+// division (a dict: cores, blocks, rows_per_block, region_bytes,
+// double_buffered, instructions, cross_core_reduction).
+std::pair<ProgramSpec, py::dict> build_loop_kernel_program(
+    const py::dict& description, c10::DeviceIndex device,
+    std::optional<uint32_t> max_cores, bool double_buffer) {
+  const kernels::LoopKernel kernel = loop_kernel_of(description);
+  const rt::DeviceProperties& props =
+      spyre::torch_glue::runtime_device(
+          spyre::torch_glue::resolve_device_index(device))
+          .properties();
+  kernels::LoopKernelOptions options;
+  options.max_cores = max_cores.value_or(0);
+  options.double_buffer = double_buffer;
+  kernels::LoopKernelProgram built =
+      kernels::build_loop_kernel(kernel, props, options);
+  const kernels::LoopKernelSummary& s = built.summary;
+  py::dict summary;
+  summary["cores"] = s.cores;
+  summary["blocks"] = s.blocks;
+  summary["rows_per_block"] = s.rows_per_block;
+  summary["region_bytes"] = s.region_bytes;
+  summary["double_buffered"] = s.double_buffered;
+  summary["instructions"] = s.instructions;
+  if (s.cross_core_reduction) summary["cross_core_reduction"] = true;
+  return {ProgramSpec(std::move(built.program)), summary};
+}
+
 void bind_builders(py::module_& m) {
   m.def("build_mlp", &build_mlp_program, py::arg("x"), py::arg("w_up"),
         py::arg("w_down"), py::arg("y"), py::arg("b_up") = std::nullopt,
@@ -441,6 +582,9 @@ void bind_builders(py::module_& m) {
         py::arg("alpha") = 1.0, py::arg("beta") = 1.0,
         py::arg("activation") = "none", py::arg("max_cores") = 32,
         py::arg("naive") = false);
+  m.def("build_loop_kernel", &build_loop_kernel_program, py::arg("description"),
+        py::arg("device") = -1, py::arg("max_cores") = std::nullopt,
+        py::arg("double_buffer") = true);
   m.def("matmul_activations", &activation_names,
         "Epilogue activations build_matmul applies (names as in "
         "kernels::activation_name).");
@@ -534,8 +678,11 @@ void bind_programs(py::module_& m) {
   bind_spec(m);
   bind_builders(m);
   bind_compiled(m);
-  py::register_exception<kernels::KernelBuildError>(m, "KernelBuildError",
-                                                    PyExc_RuntimeError);
+  auto& build_error = py::register_exception<kernels::KernelBuildError>(
+      m, "KernelBuildError", PyExc_RuntimeError);
+  // registered later, so tried first: a subclass of KernelBuildError
+  py::register_exception<kernels::LoopKernelTooLarge>(m, "LoopKernelTooLarge",
+                                                      build_error.ptr());
 }
 
 }  // namespace spyre::torch_glue

@@ -27,7 +27,8 @@ import torch
 
 from .. import _C
 from .capture import CapturedNode, Reduction, SpyreKernelTooLarge, SpyreLoweringError, Store, Value
-from .layouts import STICK_BYTES, Access, BufferLayout, analyze_access, buffer_layout, dtype_name
+from .layouts import (DTYPE_NAMES, STICK_BYTES, Access, BufferLayout, analyze_access, buffer_layout,
+                      dtype_name)
 
 NUM_CORES = 32
 SCRATCHPAD_BYTES = 2 << 20
@@ -278,6 +279,151 @@ def _loads(node: CapturedNode):
         for v in _walk(st.value, seen):
             if v.op == "load":
                 yield v
+
+
+# --------------------------------------------------------------------------
+# The kernel description the kernel library builds the program from
+# (spyre/kernels/loop_kernel.h): plain data, so it serialises as JSON
+# --------------------------------------------------------------------------
+
+# Inductor op names -> the description's unary / binary op names (VecOp names;
+# exp2, expm1, log1p, ceil and square the builder composes)
+UNARY_OPS = {
+    "neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt",
+    "rsqrt": "rsqrt", "reciprocal": "recip", "tanh": "tanh", "sigmoid": "sigmoid",
+    "relu": "relu", "erf": "erf", "sin": "sin", "cos": "cos", "floor": "floor",
+    "logical_not": "logical_not", "identity": "copy", "exp2": "exp2", "expm1": "expm1",
+    "log1p": "log1p", "ceil": "ceil", "square": "square",
+}
+BINARY_OPS = {
+    "add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "div": "div",
+    "maximum": "max", "minimum": "min", "pow": "pow", "eq": "eq", "ne": "ne", "lt": "lt",
+    "le": "le", "gt": "gt", "ge": "ge", "logical_and": "logical_and",
+    "logical_or": "logical_or", "and_": "logical_and", "or_": "logical_or",
+}
+
+
+def kernel_args(plan: KernelPlan) -> list[str]:
+    """The kernel's argument buffers in slot order: what it loads from device
+    memory, then what it stores there."""
+    loads = []
+    for node in plan.nodes:
+        for ld in _loads(node):
+            b = ld.args[0]
+            if b not in plan.produced and b not in loads:
+                loads.append(b)
+    return loads + [b for b in plan.stored if b not in loads]
+
+
+def _describe_buffer(name: str, is_output: bool) -> dict:
+    lay = buffer_layout(name)
+    return dict(name=name, dtype=dtype_name(lay.dtype), device_bytes=lay.device_bytes,
+                is_output=is_output, device_size=list(lay.device_size),
+                host_sizes=list(lay.host_sizes),
+                stick_stride_bytes=lay.stick_stride_bytes if lay.rank else 0,
+                dim_stride_bytes=[lay.dim_stride_bytes(d) if d != lay.rank - 1 else 0
+                                  for d in range(lay.rank)])
+
+
+def describe_kernel(plan: KernelPlan) -> dict:
+    """The plan as a loop kernel description: accesses and index expressions
+    resolved (sympy stays here), ops in SSA form. Raises SpyreLoweringError
+    for what the description cannot express."""
+    space = plan.space
+
+    def roles_of(ns: Space) -> dict:
+        roles = {v: ("outer", k) for k, (v, _) in enumerate(ns.outer)}
+        roles.update({v: ("reduced", k) for k, (v, _) in enumerate(ns.red_outer)})
+        if ns.row:
+            roles[ns.row[0]] = ("row", 0)
+        if ns.col:
+            roles[ns.col[0]] = ("col", 0)
+        return roles
+    node_roles = [roles_of(ns) for ns in plan.node_spaces]
+    args = kernel_args(plan)
+
+    def access(node_i, buf, index, what):
+        acc = analyze_access(buffer_layout(buf), _renamed(index, plan.subs[node_i]),
+                             plan.ranges(node_i), f"{plan.name}: {what} {buf}",
+                             plan.joint_extent())
+        return dict(base=list(acc.base),
+                    vars=[[*node_roles[node_i][v], m.dim, m.step] for v, m in acc.vars.items()])
+
+    ops, ids = [], {}
+
+    def visit(v: Value, node_i: int) -> int:
+        if id(v) in ids:
+            return ids[id(v)]
+        value_args = [visit(a.value if isinstance(a, Reduction) else a, node_i)
+                      for a in v.args if isinstance(a, (Value, Reduction))]
+        op = dict(node=node_i, args=value_args)
+        name = v.op[len("libdevice_"):] if v.op.startswith("libdevice_") else v.op
+        compute = "bool" if v.dtype == torch.bool else "float32"
+        if v.op == "load":
+            buf, index = v.args
+            op.update(op="load", buffer=buf)
+            if not (buf in plan.produced and plan.produced[buf][0] < node_i):
+                op["access"] = access(node_i, buf, index, "load")
+        elif v.op == "constant":
+            op.update(op="constant", value=float(v.args[0]), dtype=compute)
+        elif v.op == "index_expr":
+            expr = _renamed(v.args[0], plan.subs[node_i])
+            terms = [[*node_roles[node_i][s], int(expr.coeff(s))]
+                     for s in sorted(expr.free_symbols & node_roles[node_i].keys(), key=str)]
+            rest = sympy.expand(expr - sum((expr.coeff(s) * s for s in node_roles[node_i]),
+                                           sympy.Integer(0)))
+            if rest.free_symbols or not rest.is_Integer or \
+                    not all(isinstance(expr.coeff(s), sympy.Integer) for s in node_roles[node_i]):
+                raise SpyreLoweringError(f"{plan.name}: index expression {expr} is not affine")
+            op.update(op="index", terms=terms, constant=int(rest))
+        elif v.op == "to_dtype":
+            op.update(op="to_dtype", dtype=DTYPE_NAMES.get(v.dtype),
+                      to_float=v.dtype in (torch.float32, torch.float64))
+        elif v.op == "reduction":
+            red = v.args[0]
+            op.update(op="reduction", name=red.reduction_type, part=red.part)
+        elif name in UNARY_OPS:
+            op.update(op="unary", name=UNARY_OPS[name])
+        elif name in BINARY_OPS:
+            op.update(op="binary", name=BINARY_OPS[name], dtype=compute)
+        elif name == "where":
+            op.update(op="select", dtype=compute)
+        else:
+            raise SpyreLoweringError(f"{plan.name}: op {v.op!r} has no device lowering")
+        ops.append(op)
+        ids[id(v)] = len(ops) - 1
+        return ids[id(v)]
+
+    stores = []
+    for node_i, node in enumerate(plan.nodes):
+        for st in node.stores:
+            stores.append(dict(node=node_i, value=visit(st.value, node_i), buffer=st.buffer,
+                               access=access(node_i, st.buffer, st.index, "store")
+                               if st.buffer in plan.stored else None))
+    return dict(
+        name=plan.name, outer=[n for _, n in space.outer],
+        rows=space.row[1] if space.row else None, cols=space.col[1] if space.col else None,
+        col_tail=space.col_tail,
+        nodes=[dict(reduced_outer=[n for _, n in ns.red_outer]) for ns in plan.node_spaces],
+        buffers=[_describe_buffer(b, b in plan.stored) for b in args],
+        ops=ops, stores=stores)
+
+
+def build_kernel(plan: KernelPlan, device: Optional[int] = None):
+    """The plan's program, built by the kernel library for `device` (None:
+    the current spyre device). Returns (ProgramSpec, argument buffer names
+    in slot order, info)."""
+    from . import config
+    description = describe_kernel(plan)
+    try:
+        spec, info = _C.build_loop_kernel(
+            description, -1 if device is None else device, max_cores=config.max_cores,
+            double_buffer=config.double_buffer)
+    except _C.LoopKernelTooLarge as e:
+        raise SpyreKernelTooLarge(str(e)) from None
+    except _C.KernelBuildError as e:
+        raise SpyreLoweringError(str(e)) from None
+    return spec, [b["name"] for b in description["buffers"]], info
 
 
 # --------------------------------------------------------------------------
@@ -1007,8 +1153,42 @@ def _region_bytes(plan: KernelPlan, slots: dict, R: int) -> int:
     return alloc.peak
 
 
-def lower_kernel(plan: KernelPlan, num_cores: int = NUM_CORES,
-                 scratchpad_bytes: int = SCRATCHPAD_BYTES):
+def lower_kernel(plan: KernelPlan):
+    """Returns (ProgramSpec, argument buffer names in slot order, info).
+
+    TEMPORARY (while the kernel library's loop-kernel builder replaces the
+    Python emitter below): with SPYRE_CHECK_LOOP_KERNEL=1 every kernel is
+    built both ways and the serialised programs, infos and errors must be
+    identical."""
+    import os
+    if os.environ.get("SPYRE_CHECK_LOOP_KERNEL") != "1":
+        return build_kernel(plan)
+
+    def outcome(fn):
+        try:
+            spec, args, info = fn(plan)
+            return ("ok", spec.serialize(), args, info), (spec, args, info)
+        except SpyreLoweringError as e:
+            return (type(e).__name__,), e
+    want, want_result = outcome(_lower_kernel_python)
+    got, got_result = outcome(build_kernel)
+    if got != want:
+        detail = f"python: {want_result!r}\nlibrary: {got_result!r}"
+        if want[0] == got[0] == "ok":
+            detail = (f"program bytes equal: {want[1] == got[1]} ({len(want[1])} vs "
+                      f"{len(got[1])}); args {want[2]} vs {got[2]}; info {want[3]} vs {got[3]}")
+        raise AssertionError(f"{plan.name}: the loop-kernel builder differs from the Python "
+                             f"emitter: {detail}")
+    if want[0] != "ok":
+        if str(want_result) != str(got_result):
+            print(f"SPYRE_CHECK_LOOP_KERNEL message differs:\n  python:  {want_result}\n"
+                  f"  library: {got_result}")
+        raise got_result
+    return got_result
+
+
+def _lower_kernel_python(plan: KernelPlan, num_cores: int = NUM_CORES,
+                         scratchpad_bytes: int = SCRATCHPAD_BYTES):
     """Returns (ProgramSpec, argument buffer names in slot order, info)."""
     from . import config
     space = plan.space
