@@ -639,7 +639,7 @@ def build_matmul_program(kernel_name: str, a_in, b_in, bias_in, out_name: str, o
                          max_cores: int, naive: bool = False):
     """The device program of activation(alpha * a @ b + beta * bias) into a
     fresh contiguous output `out_name` of `out_size`. Inputs are Inductor IR
-    nodes. Returns (ProgramSpec, argument buffer names in slot order, info)."""
+    nodes. Returns (_C.Program, argument buffer names in slot order, info)."""
     from .. import _C
     what = kernel_name
     relayouts = []
