@@ -225,9 +225,6 @@ const AccessVar* BufferAccess::find(LoopRole role, uint32_t index) const {
   return nullptr;
 }
 
-std::string_view loop_role_name(LoopRole role) {
-  return to_name(kRoleNames, role);
-}
 std::optional<LoopRole> loop_role_from_name(std::string_view name) {
   return from_name(kRoleNames, name);
 }

@@ -737,7 +737,7 @@ def _write_relayout(wrapper, r: Relayout, device) -> None:
     strides = [math.prod(host[i + 1:]) for i in range(len(host))]
     wrapper.writeline(wrapper.make_allocation(r.copy, device, source.get_dtype(), tuple(host),
                                               tuple(strides)))
-    program = _relayout_program(r, source.get_dtype())
+    program = _relayout_program(r, source.get_dtype(), device.index)
     if program is None:
         wrapper.writeline(f"{r.copy}.view({tuple(sizes)}).copy_({r.source})")
     else:
@@ -749,10 +749,11 @@ def _write_relayout(wrapper, r: Relayout, device) -> None:
     count_relayout()
 
 
-def _relayout_program(r: Relayout, dtype):
+def _relayout_program(r: Relayout, dtype, device: Optional[int]):
     """(spec, args, info) of an identity kernel over the source's
-    memory-order dims storing into the copy's layout; None when the
-    lowering rejects it."""
+    memory-order dims storing into the copy's layout, built for spyre
+    device `device` (None: the current one); None when the lowering rejects
+    it."""
     import sympy
 
     from .capture import CapturedNode, Store, Value
@@ -765,6 +766,6 @@ def _relayout_program(r: Relayout, dtype):
     node = CapturedNode(f"relayout_{r.copy}", dims, [], index_vars, [],
                         [Store(r.copy, index, Value("load", (r.source, index), dtype))])
     try:
-        return lower_kernel(check_group(f"relayout {r.source}", [node], removable=set()))
+        return lower_kernel(check_group(f"relayout {r.source}", [node], removable=set()), device)
     except SpyreLoweringError:
         return None

@@ -64,7 +64,8 @@ class SpyreScheduling(sched.BaseScheduling):
     def _lowers(self, group) -> bool:
         try:
             captured = [self._capture(n) for n in group.get_nodes()]
-            lower_kernel(check_group("layout check", captured, removable=set()))
+            lower_kernel(check_group("layout check", captured, removable=set()),
+                         group.get_device().index)
         except SpyreLoweringError:
             return False
         return True
@@ -124,7 +125,7 @@ class SpyreScheduling(sched.BaseScheduling):
         captured = [self._capture(n) for n in nodes]
         try:
             plan = check_group(kernel_name, captured, removable)
-            spec, arg_names, info = lower_kernel(plan)
+            spec, arg_names, info = lower_kernel(plan, nodes[0].get_device().index)
         except SpyreKernelTooLarge:
             raise  # a clear compile error, never a wrong program
         except SpyreLoweringError as e:

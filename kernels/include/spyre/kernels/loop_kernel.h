@@ -170,7 +170,7 @@ struct LoopKernelProgram {
 
 // KernelBuildError (program_builder.h) for what has no device lowering;
 // LoopKernelTooLarge when the smallest block does not fit a core's
-// scratchpad (the compiler then splits the kernel or reports it).
+// scratchpad (a compile error: the compiler never emits a wrong program).
 class LoopKernelTooLarge : public KernelBuildError {
  public:
   using KernelBuildError::KernelBuildError;
@@ -188,7 +188,6 @@ LoopKernelProgram build_loop_kernel(const LoopKernel& kernel,
                                     const LoopKernelOptions& options = {});
 
 // Names as the description spells them.
-std::string_view loop_role_name(LoopRole role);
 std::optional<LoopRole> loop_role_from_name(std::string_view name);
 std::string_view loop_op_kind_name(LoopOpKind kind);
 std::optional<LoopOpKind> loop_op_kind_from_name(std::string_view name);
