@@ -1,7 +1,8 @@
 // Internals of build_loop_kernel (loop_kernel.h), shared by its sources:
 // loop_kernel_box.cpp (scratchpad regions, stick boxes and their DMA),
-// loop_kernel_emit.cpp (one block's instructions), loop_kernel.cpp (the
-// description's checks and the work division over cores).
+// loop_kernel_emit.cpp (one block's instructions), loop_kernel_reduce.cpp
+// (its reductions), loop_kernel.cpp (the description's checks and the work
+// division over cores).
 #pragma once
 
 #include <algorithm>
@@ -17,6 +18,9 @@
 #include "spyre/kernels/loop_kernel.h"
 
 namespace spyre::kernels::loop {
+
+// Values compute in fp32 (bool for logic) whatever the buffers' dtypes.
+inline constexpr rt::DType kF32 = rt::DType::kFloat32;
 
 // First-fit allocator of stick-aligned ranges of one block's region with
 // frees; records the peak so a dry run sizes the region.
@@ -83,6 +87,10 @@ struct RingSplit {
   uint32_t core = 0;
   std::vector<uint32_t> cores;
 };
+
+// Thrown by a helper core of a cross-core reduction once it has sent its
+// partial: the rest of the block is the first core's.
+struct PartialSent {};
 
 // Emits one block's instructions into `out` (or, with `out` null, only plans
 // its scratchpad through `alloc`).
