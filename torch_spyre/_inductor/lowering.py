@@ -340,14 +340,12 @@ def describe_kernel(plan: KernelPlan) -> dict:
             op.update(op="constant", value=float(v.args[0]), dtype=compute)
         elif v.op == "index_expr":
             expr = _renamed(v.args[0], plan.subs[node_i])
-            terms = [[*node_roles[node_i][s], int(expr.coeff(s))]
-                     for s in sorted(expr.free_symbols & node_roles[node_i].keys(), key=str)]
-            rest = sympy.expand(expr - sum((expr.coeff(s) * s for s in node_roles[node_i]),
-                                           sympy.Integer(0)))
-            if rest.free_symbols or not rest.is_Integer or \
-                    not all(isinstance(expr.coeff(s), sympy.Integer) for s in node_roles[node_i]):
+            coeffs = {s: expr.coeff(s) for s in node_roles[node_i]}
+            rest = sympy.expand(expr - sum(c * s for s, c in coeffs.items()))
+            if not all(isinstance(c, sympy.Integer) for c in [*coeffs.values(), rest]):
                 raise SpyreLoweringError(f"{plan.name}: index expression {expr} is not affine")
-            op.update(op="index", terms=terms, constant=int(rest))
+            op.update(op="index", constant=int(rest),
+                      terms=[[*node_roles[node_i][s], int(c)] for s, c in coeffs.items() if c])
         elif v.op == "to_dtype":
             op.update(op="to_dtype", dtype=DTYPE_NAMES.get(v.dtype),
                       to_float=v.dtype in (torch.float32, torch.float64))
