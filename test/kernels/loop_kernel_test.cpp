@@ -1,7 +1,8 @@
 // The loop-kernel builder (spyre/kernels/loop_kernel.h) on the emulator
 // against a double-precision reference: a pointwise chain, row reductions,
-// a softmax fused from three nodes, a full reduction over the ring, ragged
-// shapes, fp16/bf16/fp32; and the errors the compiler relies on.
+// a softmax fused from three nodes, a layer norm from welford parts, rows
+// split into chunks, a full reduction over the ring, ragged shapes,
+// fp16/bf16/fp32; and the errors the compiler relies on.
 #include "spyre/kernels/loop_kernel.h"
 
 #include <gtest/gtest.h>
@@ -343,6 +344,100 @@ TEST_P(LoopKernelBuilder, FullReductionOverTheRing) {
   EXPECT_TRUE(s.cross_core_reduction);
   EXPECT_GT(s.cores, 1u);
   EXPECT_NEAR(im.get(1, {}), want, tolerance(t, want, magnitude));
+}
+
+// layer norm without affine, as the compiler fuses it: a welford reduction
+// (mean and m2 kept in the scratchpad), then (x - mean) * rsqrt(m2 / n + eps)
+TEST_P(LoopKernelBuilder, LayerNormFromWelfordParts) {
+  const DType t = GetParam();
+  const int64_t rows = 21, cols = 150;
+  const double eps = 1e-5;
+  LoopKernel k;
+  k.name = "layer_norm";
+  k.rows = rows;
+  k.cols = cols;
+  k.nodes = {{}, {}};
+  k.buffers = {buffer("x", t, {rows, cols}, false),
+               buffer("out", t, {rows, cols}, true)};
+  const uint32_t x0 = add(k, load(0, "x", rows_cols()));
+  for (uint32_t part : {0u, 1u}) {
+    LoopOp red = op(LoopOpKind::kReduction, 0, "welford_reduce", {x0});
+    red.part = part;
+    k.stores.push_back(
+        {0, add(k, red), part == 0 ? "mean" : "m2", std::nullopt});
+  }
+  const uint32_t x1 = add(k, load(1, "x", rows_cols()));
+  const uint32_t mean = add(k, load(1, "mean", std::nullopt));
+  const uint32_t m2 = add(k, load(1, "m2", std::nullopt));
+  const uint32_t d = add(k, op(LoopOpKind::kBinary, 1, "sub", {x1, mean}));
+  const uint32_t n = add(k, constant(1, static_cast<double>(cols)));
+  const uint32_t var = add(k, op(LoopOpKind::kBinary, 1, "div", {m2, n}));
+  const uint32_t e = add(k, constant(1, eps));
+  const uint32_t ve = add(k, op(LoopOpKind::kBinary, 1, "add", {var, e}));
+  const uint32_t r = add(k, op(LoopOpKind::kUnary, 1, "rsqrt", {ve}));
+  const uint32_t y = add(k, op(LoopOpKind::kBinary, 1, "mul", {d, r}));
+  k.stores.push_back({1, y, "out", rows_cols()});
+  Images im(k);
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<double> dist(-3, 3);
+  std::vector<double> xs;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t c = 0; c < cols; ++c)
+      xs.push_back(im.put(0, {i, c}, dist(rng)));
+  }
+  im.launch();
+  for (int64_t i = 0; i < rows; ++i) {
+    double m = 0, v = 0;
+    for (int64_t c = 0; c < cols; ++c) m += xs[i * cols + c] / cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      v += (xs[i * cols + c] - m) * (xs[i * cols + c] - m) / cols;
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      const double want = (xs[i * cols + c] - m) / std::sqrt(v + eps);
+      ASSERT_NEAR(im.get(1, {i, c}), want, tolerance(t, want, 4))
+          << "out[" << i << ", " << c << "]";
+    }
+  }
+}
+
+// rows longer than a block, walked in chunks of 4096 columns as the
+// compiler splits them: x[o, 4096 * q + k] with a shorter last chunk
+TEST_P(LoopKernelBuilder, LongRowsInChunksWithATail) {
+  const DType t = GetParam();
+  const int64_t outer = 2, n = 10000, chunk = 4096;
+  LoopKernel k;
+  k.name = "long_rows";
+  k.outer = {outer};
+  k.rows = (n + chunk - 1) / chunk;
+  k.cols = chunk;
+  k.col_tail = n - (*k.rows - 1) * chunk;
+  k.nodes = {{}};
+  k.buffers = {buffer("x", t, {outer, n}, false),
+               buffer("out", t, {outer, n}, true)};
+  BufferAccess a;
+  a.base = {0, 0};
+  a.vars = {{LoopRole::kOuter, 0, 0, 1},
+            {LoopRole::kRow, 0, 1, chunk},
+            {LoopRole::kCol, 0, 1, 1}};
+  const uint32_t x = add(k, load(0, "x", a));
+  const uint32_t y = add(k, op(LoopOpKind::kUnary, 0, "sigmoid", {x}));
+  k.stores = {{0, y, "out", a}};
+  Images im(k);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> dist(-4, 4);
+  std::vector<double> xs;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t c = 0; c < n; ++c) xs.push_back(im.put(0, {o, c}, dist(rng)));
+  }
+  const kernels::LoopKernelSummary s = im.launch();
+  EXPECT_EQ(s.blocks, static_cast<uint64_t>(outer * *k.rows));
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t c = 0; c < n; ++c) {
+      const double want = 1 / (1 + std::exp(-xs[o * n + c]));
+      ASSERT_NEAR(im.get(1, {o, c}), want, tolerance(t, want))
+          << "out[" << o << ", " << c << "]";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, LoopKernelBuilder,
