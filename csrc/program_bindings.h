@@ -1,5 +1,5 @@
-// Python bindings of device programs (torch_spyre._C): building, validating
-// and serialising rt::Program from Python for the compiler.
+// Python bindings of device programs (torch_spyre._C): the kernel library's
+// builders for the compiler, and compiled programs loaded and launched.
 #pragma once
 
 #include <pybind11/pybind11.h>

@@ -16,8 +16,6 @@
 namespace spyre::torch_glue::ops {
 namespace {
 
-constexpr size_t kMaxDevices = 64;
-
 size_t device_slot(c10::DeviceIndex device) {
   TORCH_CHECK_VALUE(device >= 0 && device < static_cast<int>(kMaxDevices),
                     "spyre: device index ", device, " out of range");

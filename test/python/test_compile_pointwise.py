@@ -77,3 +77,15 @@ def test_long_rows_split_into_chunks(shape, other):
         compile_and_compare(lambda a, b: torch.sigmoid(a * b) + a, x, y, expect_kernels=1)
     (info,) = scheduling.compiled_kernels.values()
     assert info["cores"] >= 10  # the long rows spread over the cores
+
+
+@pytest.mark.parametrize("fn,shape", [
+    (lambda x: x + torch.arange(x.shape[-1], device=x.device, dtype=x.dtype), (37, 70)),
+    (lambda x: torch.where(torch.arange(x.shape[0], device=x.device)[:, None]
+                           >= torch.arange(x.shape[1], device=x.device), x, 0.0), (64, 64)),
+    (lambda x: x * torch.arange(x.shape[1], device=x.device, dtype=x.dtype)[:, None],
+     (3, 20, 50)),
+], ids=["col_index", "causal_mask", "row_index_under_outer"])
+def test_index_expressions(fn, shape):
+    # values of the loop indices (iota tiles): along cols, rows and both
+    compile_and_compare(fn, torch.randn(shape, dtype=h), expect_kernels=1)

@@ -30,8 +30,9 @@ from typing import Optional
 import torch
 
 from .capture import SpyreKernelTooLarge, SpyreLoweringError
-from .chip import chip_of, device_index
+from .kernel_defs import define_kernel, new_kernel_name
 from .layouts import BufferLayout, buffer_layout, dtype_name
+from .lowering import check_group, lower_kernel
 
 aten = torch.ops.aten
 
@@ -597,8 +598,8 @@ def _bias_operand(ir_node, out_size: list, dtype, what: str) -> OperandMatrix:
 
 
 def build_mlp_program(kernel_name: str, x_in, w_up_in, b_up_in, w_down_in, b_down_in,
-                      out_name: str, out_size, dtype, activation: str, device: int,
-                      max_cores: int):
+                      out_name: str, out_size, dtype, activation: str,
+                      device: Optional[int], max_cores: Optional[int]):
     """The fused MLP program (kernel library's build_mlp): x [M, D] @ w_up
     [D, H] (+ b_up) -> activation -> @ w_down [H, E] (+ b_down), the
     intermediate resident in the scratchpads."""
@@ -623,7 +624,8 @@ def build_mlp_program(kernel_name: str, x_in, w_up_in, b_up_in, w_down_in, b_dow
                                   b_down=b_down.as_tuple() if b_down else None,
                                   w_up_transposed=w_up.transposed,
                                   w_down_transposed=w_down.transposed,
-                                  activation=activation, device=device,
+                                  activation=activation,
+                                  device=-1 if device is None else device,
                                   max_cores=max_cores)
     except _C.KernelBuildError as e:
         raise SpyreLoweringError(f"{what}: the fused MLP does not fit: {e}") from e
@@ -637,10 +639,11 @@ def build_mlp_program(kernel_name: str, x_in, w_up_in, b_up_in, w_down_in, b_dow
 
 def build_matmul_program(kernel_name: str, a_in, b_in, bias_in, out_name: str, out_size,
                          dtype, alpha: float, beta: float, activation: str,
-                         device: int, max_cores: int, naive: bool = False):
+                         device: Optional[int], max_cores: Optional[int],
+                         naive: bool = False):
     """The device program of activation(alpha * a @ b + beta * bias) into a
     fresh contiguous output `out_name` of `out_size`. Inputs are Inductor IR
-    nodes. Returns (ProgramSpec, argument buffer names in slot order, info)."""
+    nodes. Returns (_C.Program, argument buffer names in slot order, info)."""
     from .. import _C
     what = kernel_name
     relayouts = []
@@ -657,7 +660,8 @@ def build_matmul_program(kernel_name: str, a_in, b_in, bias_in, out_name: str, o
                                      tuples[3] if bias else None,
                                      a_transposed=a.transposed, b_transposed=b.transposed,
                                      alpha=alpha, beta=beta, activation=activation,
-                                     device=device, max_cores=max_cores, naive=naive)
+                                     device=-1 if device is None else device,
+                                     max_cores=max_cores, naive=naive)
     except _C.KernelBuildError as e:
         # no tile fits the scratchpad: a compile error, never a wrong program
         raise SpyreKernelTooLarge(f"{what}: {e}") from e
@@ -686,7 +690,6 @@ def lower_extern_product(wrapper, node) -> bool:
     from torch._inductor.virtualized import V
 
     from . import config
-    from .scheduling import define_kernel, new_kernel_name
     args, kwargs = node.unflatten_args(node.inputs, node.constant_args)
     bound = node.op_overload._schema
     values = list(args) + [kwargs[a.name] for a in bound.arguments[len(args):]]
@@ -696,7 +699,7 @@ def lower_extern_product(wrapper, node) -> bool:
     stride = [sizevars.guard_int(s) for s in out.get_stride()]
     out_name = node.get_name()
     kernel_name = new_kernel_name(out_name)
-    device = device_index(out.get_device())
+    device = out.get_device().index  # None: the current spyre device
     try:
         if stride != [math.prod(size[i + 1:]) for i in range(len(size))]:
             raise SpyreLoweringError(f"{kernel_name}: the output {size} / {stride} is not "
@@ -705,12 +708,12 @@ def lower_extern_product(wrapper, node) -> bool:
             x, w_up, b_up, w_down, b_down, activation = values
             spec, arg_names, info = build_mlp_program(
                 kernel_name, x, w_up, b_up, w_down, b_down, out_name, size, out.get_dtype(),
-                activation, device, chip_of(device).usable_cores())
+                activation, device, config.max_cores)
         else:
             a, b, bias, alpha, beta, activation = values
             spec, arg_names, info = build_matmul_program(
                 kernel_name, a, b, bias, out_name, size, out.get_dtype(), float(alpha),
-                float(beta), activation, device, chip_of(device).usable_cores(),
+                float(beta), activation, device, config.max_cores,
                 naive=not config.matmul_tiling)
     except SpyreLoweringError as e:
         if isinstance(e, SpyreKernelTooLarge):
@@ -741,11 +744,10 @@ def _write_relayout(wrapper, r: Relayout, device) -> None:
     strides = [math.prod(host[i + 1:]) for i in range(len(host))]
     wrapper.writeline(wrapper.make_allocation(r.copy, device, source.get_dtype(), tuple(host),
                                               tuple(strides)))
-    program = _relayout_program(r, source.get_dtype())
+    program = _relayout_program(r, source.get_dtype(), device.index)
     if program is None:
         wrapper.writeline(f"{r.copy}.view({tuple(sizes)}).copy_({r.source})")
     else:
-        from .scheduling import define_kernel, new_kernel_name
         name = new_kernel_name(r.copy)
         spec, arg_names, info = program
         info.update(kind="relayout", nodes=[r.copy])
@@ -754,15 +756,15 @@ def _write_relayout(wrapper, r: Relayout, device) -> None:
     count_relayout()
 
 
-def _relayout_program(r: Relayout, dtype):
+def _relayout_program(r: Relayout, dtype, device: Optional[int]):
     """(spec, args, info) of an identity kernel over the source's
-    memory-order dims storing into the copy's layout; None when the
-    lowering rejects it."""
+    memory-order dims storing into the copy's layout, built for spyre
+    device `device` (None: the current one); None when the lowering rejects
+    it."""
     import sympy
 
     from .capture import CapturedNode, Store, Value
     from .layouts import add_wrapper_buffer
-    from .lowering import check_group, lower_kernel
     add_wrapper_buffer(BufferLayout(r.copy, dtype, tuple(r.host_sizes)))
     dims = list(buffer_layout(r.source).host_sizes)
     index_vars = [sympy.Symbol(f"sp{i}", integer=True, nonnegative=True)
@@ -771,6 +773,6 @@ def _relayout_program(r: Relayout, dtype):
     node = CapturedNode(f"relayout_{r.copy}", dims, [], index_vars, [],
                         [Store(r.copy, index, Value("load", (r.source, index), dtype))])
     try:
-        return lower_kernel(check_group(f"relayout {r.source}", [node], removable=set()))
+        return lower_kernel(check_group(f"relayout {r.source}", [node], removable=set()), device)
     except SpyreLoweringError:
         return None

@@ -3,9 +3,6 @@ and reduction nodes becomes one device program."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-
 from torch._inductor import scheduler as sched
 from torch._inductor.codegen.common import BackendFeature, Kernel
 from torch._inductor.utils import sympy_product
@@ -13,30 +10,15 @@ from torch._inductor.virtualized import V
 from torch.utils._ordered_set import OrderedSet
 
 from .capture import SpyreKernelTooLarge, SpyreLoweringError, capture_node
+from .kernel_defs import compiled_kernels, define_kernel, new_kernel_name
 from .lowering import _loads, check_group, lower_kernel
+from .matmul import MATMUL_OP, MLP_OP, wanted_stick_layout
 
-# Kernels compiled in this process, for tests and benchmarks: name -> info.
-compiled_kernels: dict = {}
 # Buffers given another stick layout by layout assignment in this process:
 # (buffer, assigned host sizes).
 layout_assignments: list = []
 
-
-def new_kernel_name(first_node: str) -> str:
-    return f"spyre_kernel_{len(compiled_kernels)}_{first_node}"
-
-
-def define_kernel(wrapper, kernel_name: str, spec, arg_names: list, info: dict) -> None:
-    """Embeds a built program in the compiled module's header as a
-    SpyreKernel (loaded once, launched per call) and records it."""
-    data = spec.serialize()
-    info.update(name=kernel_name, program_bytes=len(data), args=list(arg_names))
-    compiled_kernels[kernel_name] = info
-    digest = hashlib.sha256(data).hexdigest()[:16]
-    encoded = base64.b64encode(data).decode()
-    wrapper.header.splice(
-        f"{kernel_name} = SpyreKernel({kernel_name!r}, '{encoded}', {list(arg_names)!r})"
-        f"  # sha256 {digest}, {info['cores']} cores, {info['instructions']} instructions")
+__all__ = ["SpyreScheduling", "compiled_kernels", "layout_assignments"]
 
 
 class SpyreScheduling(sched.BaseScheduling):
@@ -54,7 +36,6 @@ class SpyreScheduling(sched.BaseScheduling):
         from torch._inductor import ir
 
         from .layouts import assign_layout, assigned_layout, unassign_layout
-        from .matmul import MATMUL_OP, MLP_OP, wanted_stick_layout
         producers = {}
         for node in self.scheduler.nodes:
             if isinstance(node, (sched.SchedulerNode, sched.FusedSchedulerNode)) and \
@@ -83,7 +64,8 @@ class SpyreScheduling(sched.BaseScheduling):
     def _lowers(self, group) -> bool:
         try:
             captured = [self._capture(n) for n in group.get_nodes()]
-            lower_kernel(check_group("layout check", captured, removable=set()))
+            lower_kernel(check_group("layout check", captured, removable=set()),
+                         group.get_device().index)
         except SpyreLoweringError:
             return False
         return True
@@ -143,7 +125,7 @@ class SpyreScheduling(sched.BaseScheduling):
         captured = [self._capture(n) for n in nodes]
         try:
             plan = check_group(kernel_name, captured, removable)
-            spec, arg_names, info = lower_kernel(plan)
+            spec, arg_names, info = lower_kernel(plan, nodes[0].get_device().index)
         except SpyreKernelTooLarge:
             raise  # a clear compile error, never a wrong program
         except SpyreLoweringError as e:

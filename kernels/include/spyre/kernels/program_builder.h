@@ -35,6 +35,11 @@ struct Target {
   uint32_t cores() const;
   // Scratchpad bytes per core a plan may use (the chip's, less its reserve).
   uint32_t scratchpad_budget() const;
+  // What the device checks programs for this chip against.
+  rt::ProgramLimits limits() const {
+    return {chip.num_cores, chip.scratchpad_bytes,
+            chip.costs.max_broadcast_cores};
+  }
   const rt::CostTable& costs() const { return chip.costs; }
 };
 

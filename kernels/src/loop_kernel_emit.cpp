@@ -1,0 +1,401 @@
+// One block of a loop kernel (loop_kernel.h): every op of the fused bodies
+// as Vector/Reduce instructions on scratchpad tiles, in the order the
+// stores need them, each tile freed after its last use.
+#include <cmath>
+#include <functional>
+#include <stdexcept>
+
+#include "loop_kernel_internal.h"
+#include "spyre/runtime/error.h"
+
+namespace spyre::kernels::loop {
+
+namespace {
+
+bool commutative(rt::VecOp op) {
+  switch (op) {
+    case rt::VecOp::kAdd:
+    case rt::VecOp::kMul:
+    case rt::VecOp::kMax:
+    case rt::VecOp::kMin:
+    case rt::VecOp::kEq:
+    case rt::VecOp::kNe:
+    case rt::VecOp::kLogicalAnd:
+    case rt::VecOp::kLogicalOr:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+BlockEmitter::BlockEmitter(const LoopKernel& kernel, CoreBuilder* out,
+                           uint64_t region, RegionAllocator& alloc)
+    : k_(kernel), out_(out), region_(region), alloc_(alloc) {}
+
+void BlockEmitter::fail(const std::string& what) const {
+  throw KernelBuildError(rt::str(k_.name, ": ", what));
+}
+
+rt::Tile BlockEmitter::device_tile(const Tile& t) const {
+  return rt::Tile{static_cast<uint32_t>(region_ + t.offset), t.dtype,
+                  static_cast<int32_t>(t.row_stride),
+                  static_cast<int32_t>(t.col_stride)};
+}
+
+void BlockEmitter::vec(rt::VecOp op, const Tile& dst,
+                       const std::vector<Tile>& srcs, int64_t rows,
+                       int64_t cols, std::optional<double> imm, double imm2) {
+  if (out_ == nullptr) return;
+  // unused sources name the destination (never read)
+  rt::Vector v;
+  v.op = op;
+  v.dst = device_tile(dst);
+  rt::Tile* operands[] = {&v.src0, &v.src1, &v.src2};
+  for (size_t i = 0; i < 3; ++i) {
+    *operands[i] = i < srcs.size() ? device_tile(srcs[i]) : v.dst;
+  }
+  v.rows = static_cast<uint32_t>(rows);
+  v.cols = static_cast<uint32_t>(cols);
+  v.src1_is_imm = imm.has_value() && rt::vec_op_arity(op) == 2;
+  v.imm = imm.value_or(0.0);
+  v.imm2 = imm2;
+  out_->emit(v);
+}
+
+void BlockEmitter::vec(rt::VecOp op, TileId dst,
+                       const std::vector<TileId>& srcs, int64_t rows,
+                       int64_t cols, std::optional<double> imm, double imm2) {
+  std::vector<Tile> s;
+  for (TileId t : srcs) s.push_back(tiles_[t]);
+  vec(op, tiles_[dst], s, rows, cols, imm, imm2);
+}
+
+void BlockEmitter::reduce(rt::RedOp op, TileId dst, TileId src, int64_t rows,
+                          int64_t cols, bool accumulate) {
+  if (out_ == nullptr) return;
+  out_->emit(rt::Reduce{op, device_tile(dst), device_tile(src),
+                        static_cast<uint32_t>(rows),
+                        static_cast<uint32_t>(cols), accumulate, 0});
+}
+
+BlockEmitter::TileId BlockEmitter::new_tile(rt::DType dtype, bool has_rows,
+                                            bool has_cols) {
+  // sized for the largest block, so every block of a core plans alike
+  const int64_t es = rt::element_size(dtype);
+  const int64_t row_bytes = (has_cols ? K_alloc_ : 1) * es;
+  const uint64_t bytes =
+      static_cast<uint64_t>((has_rows ? R_alloc_ : 1) * row_bytes);
+  const uint64_t offset = alloc_.alloc(bytes);
+  tiles_.push_back(Tile{offset, dtype, has_rows ? row_bytes : 0,
+                        has_cols ? es : 0, has_rows, has_cols,
+                        std::pair{offset, bytes}});
+  return tiles_.size() - 1;
+}
+
+void BlockEmitter::free_tile(TileId t) {
+  if (tiles_[t].alloc) {
+    alloc_.free(tiles_[t].alloc->first, tiles_[t].alloc->second);
+    tiles_[t].alloc.reset();
+  }
+}
+
+int64_t BlockEmitter::rows_of(TileId t, const Shape& s) const {
+  return tiles_[t].has_rows ? s.R : 1;
+}
+
+int64_t BlockEmitter::cols_of(TileId t, const Shape& s) const {
+  return tiles_[t].has_cols ? s.K : 1;
+}
+
+void BlockEmitter::block(const Fixed& fixed, int64_t r0, int64_t R,
+                         int64_t R_alloc, std::optional<int64_t> K) {
+  K_alloc_ = k_.col_count();
+  R_alloc_ = R_alloc;
+  const Shape s{fixed, r0, R, K.value_or(k_.col_count())};
+  // uses of every op reachable from the stores, not yet emitted
+  std::vector<int64_t> remaining(k_.ops.size(), 0);
+  std::vector<bool> reachable(k_.ops.size(), false);
+  std::function<void(uint32_t)> mark = [&](uint32_t op) {
+    if (reachable[op]) return;
+    reachable[op] = true;
+    for (uint32_t a : k_.ops[op].args) {
+      ++remaining[a];
+      mark(a);
+    }
+  };
+  for (const LoopStore& st : k_.stores) {
+    ++remaining[st.value];
+    mark(st.value);
+  }
+  std::map<uint32_t, TileId> bound;  // op -> its tile
+  std::map<TileId, int64_t> refs;    // tile -> live ops (and keeps) using it
+  const auto release = [&](uint32_t op) {
+    if (--remaining[op] != 0) return;
+    auto it = bound.find(op);
+    if (it != bound.end() && --refs[it->second] == 0) free_tile(it->second);
+  };
+  Eval ev = [&](uint32_t op) -> TileId {
+    auto it = bound.find(op);
+    if (it != bound.end()) return it->second;
+    const TileId t = compute(op, ev, s);
+    bound[op] = t;
+    ++refs[t];
+    for (uint32_t a : k_.ops[op].args) release(a);
+    return t;
+  };
+  try {
+    for (const LoopStore& st : k_.stores) {
+      const TileId t = ev(st.value);
+      for (const LoopOp& later : k_.ops) {
+        if (later.kind == LoopOpKind::kLoad && later.node > st.node &&
+            reachable[&later - k_.ops.data()] && later.buffer == st.buffer) {
+          kept_[st.buffer] = t;
+          ++refs[t];  // held to the end of the block
+          break;
+        }
+      }
+      if (st.access) store(st, t, s);
+      release(st.value);
+    }
+  } catch (const PartialSent&) {
+    // a helper core of a cross-core reduction is done
+  }
+  for (const auto& [name, t] : kept_) free_tile(t);
+}
+
+BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
+                                           const Shape& s) {
+  const LoopOp& op = k_.ops[id];
+  switch (op.kind) {
+    case LoopOpKind::kLoad: {
+      auto it = kept_.find(op.buffer);
+      if (it != kept_.end()) return it->second;
+      return load_box(op, s);
+    }
+    case LoopOpKind::kConstant: {
+      const TileId t = new_tile(*op.dtype, false, false);
+      vec(rt::VecOp::kFill, t, {}, 1, 1, op.value);
+      return t;
+    }
+    case LoopOpKind::kIndex:
+      return index_tile(op, s);
+    case LoopOpKind::kToDtype: {
+      const TileId src = ev(op.args[0]);
+      if (op.to_float && rt::is_floating(tiles_[src].dtype)) {
+        return src;  // tiles compute in fp32 already
+      }
+      if (!op.dtype) fail("a conversion to a dtype with no device form");
+      const TileId dst =
+          new_tile(*op.dtype, tiles_[src].has_rows, tiles_[src].has_cols);
+      vec(rt::VecOp::kCopy, dst, {src}, rows_of(src, s), cols_of(src, s));
+      return dst;
+    }
+    case LoopOpKind::kReduction:
+      if (!k_.nodes[op.node].reduced_outer.empty()) {
+        return reduction_multi(id, s);
+      }
+      return reduction(id, ev, s);
+    case LoopOpKind::kUnary:
+      if (op.name == "square") {
+        const TileId x = ev(op.args[0]);
+        const TileId dst =
+            new_tile(kF32, tiles_[x].has_rows, tiles_[x].has_cols);
+        vec(rt::VecOp::kMul, dst, {x, x}, rows_of(dst, s), cols_of(dst, s));
+        return dst;
+      }
+      return unary(op.name, ev(op.args[0]), s);
+    case LoopOpKind::kBinary:
+      return binary(op, ev, s);
+    case LoopOpKind::kSelect: {
+      const TileId c = ev(op.args[0]);
+      const TileId a = ev(op.args[1]);
+      const TileId b = ev(op.args[2]);
+      const bool hr =
+          tiles_[c].has_rows || tiles_[a].has_rows || tiles_[b].has_rows;
+      const bool hc =
+          tiles_[c].has_cols || tiles_[a].has_cols || tiles_[b].has_cols;
+      const TileId dst = new_tile(*op.dtype, hr, hc);
+      vec(rt::VecOp::kSelect, dst, {c, a, b}, hr ? s.R : 1, hc ? s.K : 1);
+      return dst;
+    }
+  }
+  fail("an op of unknown kind");
+}
+
+BlockEmitter::TileId BlockEmitter::load_box(const LoopOp& op, const Shape& s) {
+  uint32_t slot = 0;
+  const LoopBuffer* buffer = find_buffer(k_, op.buffer, &slot);
+  if (buffer == nullptr || !op.access) {
+    fail(rt::str("load of ", op.buffer,
+                 " which is neither an argument nor made by an earlier node"));
+  }
+  const Box box =
+      make_box(k_, *buffer, slot, *op.access, s.fixed, s.r0, s.R, s.K);
+  // sized for the largest block and the worst stick alignment, so every
+  // block plans alike
+  const uint64_t bytes = make_box(k_, *buffer, slot, *op.access, s.fixed, 0,
+                                  R_alloc_, K_alloc_, true)
+                             .bytes;
+  if (box.bytes > bytes) throw std::logic_error("loop kernel: box overflow");
+  const uint64_t offset = alloc_.alloc(bytes);
+  for (rt::StickTransfer x : box.transfers) {
+    x.spad += static_cast<uint32_t>(region_ + offset);
+    if (out_ != nullptr) out_->emit(rt::DmaLoad{x});
+  }
+  tiles_.push_back(Tile{offset + box.elem_offset, buffer->dtype, box.row_stride,
+                        box.col_stride, box.has_rows, box.has_cols,
+                        std::pair{offset, bytes}});
+  return tiles_.size() - 1;
+}
+
+BlockEmitter::TileId BlockEmitter::index_tile(const LoopOp& op,
+                                              const Shape& s) {
+  int64_t a = 0, b = 0, c = op.constant;
+  for (const IndexTerm& t : op.terms) {
+    if (t.role == LoopRole::kRow && k_.rows) {
+      a += t.coeff;
+    } else if (t.role == LoopRole::kCol && k_.cols) {
+      b += t.coeff;
+    } else if (auto x = s.fixed.value(t.role, t.index)) {
+      c += t.coeff * *x;
+    } else {
+      fail("index expression is not affine in the block's loop variables");
+    }
+  }
+  c += a * s.r0;
+  if (a != 0 && b != 0) {
+    const TileId rt_ = new_tile(kF32, true, false);
+    vec(rt::VecOp::kIota, rt_, {}, s.R, 1, static_cast<double>(c),
+        static_cast<double>(a));
+    const TileId ct = new_tile(kF32, false, true);
+    vec(rt::VecOp::kIota, ct, {}, 1, s.K, 0.0, static_cast<double>(b));
+    const TileId dst = new_tile(kF32, true, true);
+    vec(rt::VecOp::kAdd, dst, {rt_, ct}, s.R, s.K);
+    free_tile(rt_);
+    free_tile(ct);
+    return dst;
+  }
+  if (a != 0) {
+    const TileId dst = new_tile(kF32, true, false);
+    vec(rt::VecOp::kIota, dst, {}, s.R, 1, static_cast<double>(c),
+        static_cast<double>(a));
+    return dst;
+  }
+  if (b != 0) {
+    const TileId dst = new_tile(kF32, false, true);
+    vec(rt::VecOp::kIota, dst, {}, 1, s.K, static_cast<double>(c),
+        static_cast<double>(b));
+    return dst;
+  }
+  const TileId dst = new_tile(kF32, false, false);
+  vec(rt::VecOp::kFill, dst, {}, 1, 1, static_cast<double>(c));
+  return dst;
+}
+
+BlockEmitter::TileId BlockEmitter::unary(const std::string& name, TileId x,
+                                         const Shape& s) {
+  const int64_t rows = rows_of(x, s), cols = cols_of(x, s);
+  const TileId dst = new_tile(name == "logical_not" ? rt::DType::kBool : kF32,
+                              tiles_[x].has_rows, tiles_[x].has_cols);
+  using rt::VecOp;
+  if (name == "exp2") {
+    vec(VecOp::kMul, dst, {x}, rows, cols, std::log(2.0));
+    vec(VecOp::kExp, dst, {dst}, rows, cols);
+  } else if (name == "expm1") {
+    vec(VecOp::kExp, dst, {x}, rows, cols);
+    vec(VecOp::kSub, dst, {dst}, rows, cols, 1.0);
+  } else if (name == "log1p") {
+    vec(VecOp::kAdd, dst, {x}, rows, cols, 1.0);
+    vec(VecOp::kLog, dst, {dst}, rows, cols);
+  } else if (name == "ceil") {
+    vec(VecOp::kNeg, dst, {x}, rows, cols);
+    vec(VecOp::kFloor, dst, {dst}, rows, cols);
+    vec(VecOp::kNeg, dst, {dst}, rows, cols);
+  } else {
+    auto op = vec_op_from_name(name);
+    if (!op || rt::vec_op_arity(*op) != 1) {
+      fail(rt::str("op '", name, "' has no device lowering"));
+    }
+    vec(*op, dst, {x}, rows, cols);
+  }
+  return dst;
+}
+
+BlockEmitter::TileId BlockEmitter::binary(const LoopOp& op, const Eval& ev,
+                                          const Shape& s) {
+  auto vop = vec_op_from_name(op.name);
+  if (!vop || rt::vec_op_arity(*vop) != 2) {
+    fail(rt::str("op '", op.name, "' has no device lowering"));
+  }
+  uint32_t a = op.args[0], b = op.args[1];
+  const auto is_constant = [&](uint32_t x) {
+    return k_.ops[x].kind == LoopOpKind::kConstant;
+  };
+  if (is_constant(a) && !is_constant(b) && commutative(*vop)) std::swap(a, b);
+  const TileId ta = ev(a);
+  std::vector<TileId> srcs{ta};
+  std::optional<double> imm;
+  if (is_constant(b)) {
+    imm = k_.ops[b].value;  // an immediate operand, no tile
+  } else {
+    srcs.push_back(ev(b));
+  }
+  bool hr = false, hc = false;
+  for (TileId t : srcs) {
+    hr = hr || tiles_[t].has_rows;
+    hc = hc || tiles_[t].has_cols;
+  }
+  const TileId dst = new_tile(*op.dtype, hr, hc);
+  vec(*vop, dst, srcs, hr ? s.R : 1, hc ? s.K : 1, imm);
+  return dst;
+}
+
+void BlockEmitter::store(const LoopStore& st, TileId value, const Shape& s) {
+  uint32_t slot = 0;
+  const LoopBuffer* buffer = find_buffer(k_, st.buffer, &slot);
+  const Box box =
+      make_box(k_, *buffer, slot, *st.access, s.fixed, s.r0, s.R, s.K);
+  check_store_box(k_, *buffer, box, *st.access);
+  const uint64_t bytes =
+      make_box(k_, *buffer, slot, *st.access, s.fixed, 0, R_alloc_, K_alloc_)
+          .bytes;
+  if (box.bytes > bytes) throw std::logic_error("loop kernel: box overflow");
+  const uint64_t offset = alloc_.alloc(bytes);
+  const Tile out{offset,       buffer->dtype, box.row_stride, box.col_stride,
+                 box.has_rows, box.has_cols,  std::nullopt};
+  const int64_t rows = box.has_rows ? s.R : 1;
+  const int64_t cols = box.has_cols ? s.K : 1;
+  vec(rt::VecOp::kCopy, out, {tiles_[value]}, rows, cols);
+  // zeros after the valid elements of the last stick (the layout's padding)
+  const int64_t pad = box.stick_count * buffer->per_stick() - box.valid;
+  if (box.stick_walk != StickWalk::kNone &&
+      box.stick_walk != StickWalk::kJointLins && pad > 0) {
+    const int64_t es = buffer->element_size();
+    Tile fill{offset + static_cast<uint64_t>(box.valid * es),
+              buffer->dtype,
+              0,
+              es,
+              false,
+              true,
+              std::nullopt};
+    if (box.stick_walk == StickWalk::kJoint) {
+      vec(rt::VecOp::kFill, fill, {}, 1, pad, 0.0);
+    } else if (box.stick_walk == StickWalk::kCol) {
+      fill.row_stride = box.row_stride;
+      vec(rt::VecOp::kFill, fill, {}, rows, pad, 0.0);
+    } else {
+      fill.row_stride = es;
+      fill.col_stride = box.col_stride;
+      vec(rt::VecOp::kFill, fill, {}, pad, cols, 0.0);
+    }
+  }
+  for (rt::StickTransfer x : box.transfers) {
+    x.spad += static_cast<uint32_t>(region_ + offset);
+    if (out_ != nullptr) out_->emit(rt::DmaStore{x});
+  }
+  alloc_.free(offset, bytes);
+}
+
+}  // namespace spyre::kernels::loop

@@ -1,0 +1,163 @@
+// Internals of build_loop_kernel (loop_kernel.h), shared by its sources:
+// loop_kernel_box.cpp (scratchpad regions, stick boxes and their DMA),
+// loop_kernel_emit.cpp (one block's instructions), loop_kernel_reduce.cpp
+// (its reductions), loop_kernel.cpp (the description's checks and the work
+// division over cores).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "spyre/kernels/loop_kernel.h"
+
+namespace spyre::kernels::loop {
+
+// Values compute in fp32 (bool for logic) whatever the buffers' dtypes.
+inline constexpr rt::DType kF32 = rt::DType::kFloat32;
+
+// First-fit allocator of stick-aligned ranges of one block's region with
+// frees; records the peak so a dry run sizes the region.
+class RegionAllocator {
+ public:
+  uint64_t alloc(uint64_t bytes);
+  void free(uint64_t offset, uint64_t bytes);
+  uint64_t peak() const { return peak_; }
+
+ private:
+  std::vector<std::pair<uint64_t, uint64_t>> free_;  // (offset, size) sorted
+  uint64_t top_ = 0;
+  uint64_t peak_ = 0;
+};
+
+// Values of the vars fixed for one block: every outer var, and inside a
+// reduction over several dims the reduced-outer vars of the current step.
+struct Fixed {
+  std::vector<int64_t> outer;
+  std::vector<int64_t> reduced;
+  std::optional<int64_t> value(LoopRole role, uint32_t index) const;
+};
+
+// How the boxes' sticks are walked, for the padding fill of a store.
+enum class StickWalk : uint8_t {
+  kNone,
+  kRow,    // the row var walks the sticks one element a step
+  kCol,    // the col var does
+  kJoint,  // rows and cols together walk one run of the sticks
+  // the same, one run per point of the other dims (no padding fill)
+  kJointLins,
+};
+
+// The sticks of one buffer access for one block, as DMA transfers.
+struct Box {
+  uint64_t bytes = 0;
+  std::vector<rt::StickTransfer> transfers;  // spad relative to the box start
+  uint32_t elem_offset = 0;  // byte offset of element (0, 0) inside the box
+  int64_t row_stride = 0;
+  int64_t col_stride = 0;
+  bool has_rows = false;
+  bool has_cols = false;
+  StickWalk stick_walk = StickWalk::kNone;
+  int64_t stick_count = 0;
+  int64_t valid = 0;  // elements of the stick walk in this box
+};
+
+// The box of `access` into `buffer` (slot `slot`) for the block starting at
+// row r0 of nrows x ncols. `worst_alignment` sizes it for any stick
+// alignment of its first element (every block of a core plans alike).
+Box make_box(const LoopKernel& kernel, const LoopBuffer& buffer, uint32_t slot,
+             const BufferAccess& access, const Fixed& fixed, int64_t r0,
+             int64_t nrows, int64_t ncols, bool worst_alignment = false);
+
+// Raises KernelBuildError when a store box cannot be written without two
+// blocks sharing a stick or leaving padding unfilled.
+void check_store_box(const LoopKernel& kernel, const LoopBuffer& buffer,
+                     const Box& box, const BufferAccess& access);
+
+// A full reduction spread over cores: this core's range of the first
+// reduced-outer var, and the cores taking part (the first combines).
+struct RingSplit {
+  int64_t lo = 0, hi = 0;
+  uint32_t core = 0;
+  std::vector<uint32_t> cores;
+};
+
+// Thrown by a helper core of a cross-core reduction once it has sent its
+// partial: the rest of the block is the first core's.
+struct PartialSent {};
+
+// Emits one block's instructions into `out` (or, with `out` null, only plans
+// its scratchpad through `alloc`).
+class BlockEmitter {
+ public:
+  BlockEmitter(const LoopKernel& kernel, CoreBuilder* out, uint64_t region,
+               RegionAllocator& alloc);
+  void set_ring_split(RingSplit split) { ring_ = std::move(split); }
+  // The block at row r0 of R rows (of R_alloc planned) and K columns
+  // (nullopt: all of them).
+  void block(const Fixed& fixed, int64_t r0, int64_t R, int64_t R_alloc,
+             std::optional<int64_t> K = std::nullopt);
+
+ private:
+  struct Tile {
+    uint64_t offset = 0;
+    rt::DType dtype = rt::DType::kFloat32;
+    int64_t row_stride = 0, col_stride = 0;
+    bool has_rows = false, has_cols = false;
+    std::optional<std::pair<uint64_t, uint64_t>> alloc;  // (offset, bytes)
+  };
+  using TileId = size_t;
+  using Eval = std::function<TileId(uint32_t)>;
+  struct Shape {  // the block being emitted
+    Fixed fixed;
+    int64_t r0 = 0, R = 1, K = 1;
+  };
+
+  rt::Tile device_tile(const Tile& t) const;
+  rt::Tile device_tile(TileId t) const { return device_tile(tiles_[t]); }
+  void vec(rt::VecOp op, const Tile& dst, const std::vector<Tile>& srcs,
+           int64_t rows, int64_t cols, std::optional<double> imm = {},
+           double imm2 = 0);
+  void vec(rt::VecOp op, TileId dst, const std::vector<TileId>& srcs,
+           int64_t rows, int64_t cols, std::optional<double> imm = {},
+           double imm2 = 0);
+  void reduce(rt::RedOp op, TileId dst, TileId src, int64_t rows, int64_t cols,
+              bool accumulate = false);
+  TileId new_tile(rt::DType dtype, bool has_rows, bool has_cols);
+  void free_tile(TileId t);
+  int64_t rows_of(TileId t, const Shape& s) const;
+  int64_t cols_of(TileId t, const Shape& s) const;
+
+  TileId compute(uint32_t op, const Eval& ev, const Shape& s);
+  TileId load_box(const LoopOp& op, const Shape& s);
+  TileId index_tile(const LoopOp& op, const Shape& s);
+  TileId unary(const std::string& name, TileId x, const Shape& s);
+  TileId binary(const LoopOp& op, const Eval& ev, const Shape& s);
+  TileId reduction(uint32_t op, const Eval& ev, const Shape& s);
+  TileId reduction_multi(uint32_t op, const Shape& s);
+  TileId combine_across_cores(rt::RedOp op, TileId partial);
+  void store(const LoopStore& st, TileId value, const Shape& s);
+  [[noreturn]] void fail(const std::string& what) const;
+
+  const LoopKernel& k_;
+  CoreBuilder* out_;
+  uint64_t region_;
+  RegionAllocator& alloc_;
+  int64_t R_alloc_ = 1, K_alloc_ = 1;
+  std::vector<Tile> tiles_;
+  std::map<std::string, TileId> kept_;               // in-kernel buffers
+  std::map<uint32_t, std::vector<TileId>> welford_;  // value op -> parts
+  std::optional<RingSplit> ring_;
+};
+
+const LoopBuffer* find_buffer(const LoopKernel& kernel, const std::string& name,
+                              uint32_t* slot);
+std::optional<rt::VecOp> vec_op_from_name(std::string_view name);
+
+}  // namespace spyre::kernels::loop
