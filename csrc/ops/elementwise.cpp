@@ -13,6 +13,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,6 +45,7 @@ enum class Promotion : uint8_t {
   kLogical,  // no promotion, bool result
   kWhere,    // result_type(self, other); cond bool
   kMasked,   // masked_fill_: self's dtype, mask bool
+  kBitwise,  // common dtype, kept; bool only on the device (logical ops)
 };
 
 enum class Shape : uint8_t {
@@ -55,6 +57,7 @@ enum class Shape : uint8_t {
   kClampMax,
   kWhere,       // (cond, self, other)
   kMaskedFill,  // (self, mask, value)
+  kTest,        // bool result of op(x, imm), or of op(x, x) for isnan
 };
 
 struct Family {
@@ -62,6 +65,7 @@ struct Family {
   Shape shape;
   VecOp op = VecOp::kCopy;
   bool floating_only = false;  // integer inputs go to the CPU fallback
+  double imm = 0;              // kTest's comparand
 };
 
 const Family* family_of(std::string_view name) {
@@ -103,6 +107,20 @@ const Family* family_of(std::string_view name) {
       {"clamp_max", {Promotion::kArith, Shape::kClampMax}},
       {"where", {Promotion::kWhere, Shape::kWhere, VecOp::kSelect}},
       {"masked_fill", {Promotion::kMasked, Shape::kMaskedFill}},
+      // On bool tensors (attention and generation masks) bitwise ops are
+      // the logical ones; integer bit patterns go to the CPU fallback.
+      {"bitwise_and",
+       {Promotion::kBitwise, Shape::kBinary, VecOp::kLogicalAnd}},
+      {"bitwise_or", {Promotion::kBitwise, Shape::kBinary, VecOp::kLogicalOr}},
+      {"bitwise_xor", {Promotion::kBitwise, Shape::kBinary, VecOp::kNe}},
+      {"bitwise_not", {Promotion::kBitwise, Shape::kUnary, VecOp::kLogicalNot}},
+      // Floating classification (the safe softmax of scaled-dot-product
+      // attention tests isneginf); isinf is abs and eq, already here.
+      {"isneginf",
+       {Promotion::kLogical, Shape::kTest, VecOp::kEq, true, -INFINITY}},
+      {"isposinf",
+       {Promotion::kLogical, Shape::kTest, VecOp::kEq, true, INFINITY}},
+      {"isnan", {Promotion::kLogical, Shape::kTest, VecOp::kNe, true}},
   };
   auto it = families.find(name);
   return it == families.end() ? nullptr : &it->second;
@@ -160,6 +178,7 @@ at::ScalarType common_dtype(const Family& family, const Call& call) {
   switch (family.promotion) {
     case Promotion::kArith:
     case Promotion::kCompare:
+    case Promotion::kBitwise:
       return promote(call.inputs);
     case Promotion::kFloat: {
       const at::ScalarType common = promote(call.inputs);
@@ -204,7 +223,8 @@ void prepare_output(const Family& family, const Call& call,
   config.build();
   if (family.promotion == Promotion::kArith ||
       family.promotion == Promotion::kFloat ||
-      family.promotion == Promotion::kWhere) {
+      family.promotion == Promotion::kWhere ||
+      family.promotion == Promotion::kBitwise) {
     TORCH_CHECK(at::canCast(common, out.scalar_type()), "result type ", common,
                 " can't be cast to the desired output type ",
                 out.scalar_type());
@@ -240,6 +260,20 @@ void check_arguments(const Family& family, const Call& call) {
   }
 }
 
+// On bool operands mul, minimum and maximum are logical and, and, or (as
+// PyTorch computes them; masks are multiplied, e.g. in isfinite).
+std::optional<VecOp> bool_logic(VecOp op) {
+  switch (op) {
+    case VecOp::kMul:
+    case VecOp::kMin:
+      return VecOp::kLogicalAnd;
+    case VecOp::kMax:
+      return VecOp::kLogicalOr;
+    default:
+      return std::nullopt;
+  }
+}
+
 // Whether the device runs the call in `common` (else the CPU fallback).
 bool device_computes(const Family& family, const Call& call,
                      at::ScalarType common) {
@@ -247,7 +281,12 @@ bool device_computes(const Family& family, const Call& call,
   const bool arithmetic = family.promotion == Promotion::kArith ||
                           family.promotion == Promotion::kFloat ||
                           family.promotion == Promotion::kSame;
-  if (arithmetic && common == at::kBool) return false;
+  if (arithmetic && common == at::kBool && !bool_logic(family.op)) {
+    return false;
+  }
+  if (family.promotion == Promotion::kBitwise && common != at::kBool) {
+    return false;
+  }
   if (family.floating_only && !at::isFloatingType(common)) return false;
   // Integer powers with a negative scalar exponent raise on the CPU.
   if (family.op == VecOp::kPow && !at::isFloatingType(common) &&
@@ -276,6 +315,10 @@ void build_steps(const Family& family, const Call& call, Operands& ops) {
           ops.materialized(v[0]), dtype));
       return;
     case Shape::kBinary:
+      if (ops.common == at::kBool && family.promotion == Promotion::kArith) {
+        ops.binary(*bool_logic(family.op), v[0], v[1], rt::DType::kBool);
+        return;
+      }
       ops.binary(family.op, v[0], v[1],
                  ops.result == at::kBool ? rt::DType::kBool : dtype);
       return;
@@ -300,6 +343,12 @@ void build_steps(const Family& family, const Call& call, Operands& ops) {
       ops.push(kernels::select_step(ops.materialized(v[1]),
                                     ops.materialized(v[2]),
                                     ops.materialized(v[0]), dtype));
+      return;
+    case Shape::kTest:
+      ops.binary(
+          family.op, v[0],
+          family.op == VecOp::kNe ? v[0] : Operands::Value{-1, family.imm},
+          rt::DType::kBool);
       return;
   }
 }
@@ -331,7 +380,11 @@ void elementwise_kernel(const c10::OperatorHandle& handle,
   if (!has_device_dtype(out.scalar_type())) return cpu_fallback(handle, stack);
   Operands ops;
   ops.common = common;
-  if (family->promotion == Promotion::kCompare) ops.result = at::kBool;
+  if (family->promotion == Promotion::kCompare ||
+      family->promotion == Promotion::kBitwise ||
+      family->shape == Shape::kTest) {
+    ops.result = at::kBool;
+  }
   build_steps(*family, call, ops);
   run_steps(std::string(name).c_str(), ops, out);
   torch::jit::drop(*stack, schema.arguments().size());
@@ -376,7 +429,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
         "clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out",
         "clamp_max", "clamp_max_", "clamp_max.out", "clamp_max.Tensor",
         "clamp_max_.Tensor", "clamp_max.Tensor_out", "where.self",
-        "where.self_out", "masked_fill_.Scalar", "masked_fill_.Tensor"}) {
+        "where.self_out", "masked_fill_.Scalar", "masked_fill_.Tensor",
+        // masks
+        "bitwise_and.Tensor", "bitwise_and_.Tensor", "bitwise_and.Tensor_out",
+        "bitwise_or.Tensor", "bitwise_or_.Tensor", "bitwise_or.Tensor_out",
+        "bitwise_xor.Tensor", "bitwise_xor_.Tensor", "bitwise_xor.Tensor_out",
+        "bitwise_not", "bitwise_not_", "bitwise_not.out", "isneginf",
+        "isneginf.out", "isposinf", "isposinf.out", "isnan"}) {
     m.impl(name, boxed());
   }
 }

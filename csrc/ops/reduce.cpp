@@ -188,8 +188,20 @@ at::ScalarType result_dtype(const at::Tensor& self,
   return dtype.value_or(self.scalar_type());
 }
 
+// Counts of true elements (masks summed into lengths) as fp32 sums, exact
+// while no count can pass 2^24.
+bool countable(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
+  return self.scalar_type() == at::kBool &&
+         dtype.value_or(at::kLong) == at::kLong && self.numel() <= (1 << 24);
+}
+
 at::Tensor sum_dim_kernel(const at::Tensor& self, at::OptionalIntArrayRef dim,
                           bool keepdim, std::optional<at::ScalarType> dtype) {
+  if (countable(self, dtype)) {
+    return reduce(self.to(at::kFloat), dim, keepdim, ReduceOp::kSum, at::kFloat,
+                  false, "sum")
+        .to(at::kLong);
+  }
   if (!floating(self.scalar_type()) || !floating(result_dtype(self, dtype))) {
     return at::native::call_fallback_fn<
         &cpu_fallback, at::_ops::sum_dim_IntList>::call(self, dim, keepdim,

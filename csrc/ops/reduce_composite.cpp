@@ -1,0 +1,184 @@
+// Reductions written from other device ops (so each runs as a few device
+// launches, never on the CPU): all/any (boolean reductions, which Hugging
+// Face models use to build attention masks) and linalg_vector_norm
+// (sentence-transformers' normalisation). Every step is a device kernel of
+// its own family (comparisons, conversions, amin/amax/sum, sqrt), so these
+// add no program kind of their own.
+#include <ATen/WrapDimUtilsMulti.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/abs.h>
+#include <ATen/ops/amax.h>
+#include <ATen/ops/amin.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linalg_vector_norm_ops.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/ne.h>
+#include <ATen/ops/sqrt.h>
+#include <ATen/ops/sum.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "ops/launch.h"
+
+namespace spyre::torch_glue::ops {
+namespace {
+
+// The dims a reduction over `dims` covers, wrapped: all of them for None
+// (and for an empty list when `empty_is_all`, as norms and amax read it).
+std::vector<int64_t> covered_dims(const at::Tensor& self,
+                                  at::OptionalIntArrayRef dims,
+                                  bool empty_is_all) {
+  std::vector<int64_t> out;
+  if (!dims.has_value() || (dims->empty() && empty_is_all)) {
+    for (int64_t d = 0; d < self.dim(); ++d) out.push_back(d);
+    return out;
+  }
+  const auto mask = at::dim_list_to_bitset(*dims, self.dim());
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (mask[d]) out.push_back(d);
+  }
+  return out;
+}
+
+// all (every element nonzero) or any (some element nonzero) over `dims`:
+// the elements' nonzero flags as 1.0/0.0, their minimum (all) or maximum
+// (any), and that compared with 0. The result is bool, or uint8 for uint8
+// input, as PyTorch gives.
+at::Tensor all_or_any(const at::Tensor& self, at::OptionalIntArrayRef dims,
+                      bool keepdim, bool all) {
+  // all/any over an empty dim list reduce nothing (each result is its
+  // element's flag), unlike amin/amax, where it means every dim.
+  const std::vector<int64_t> covered = covered_dims(self, dims, false);
+  const at::ScalarType result =
+      self.scalar_type() == at::kByte ? at::kByte : at::kBool;
+  std::vector<int64_t> shape;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    const bool reduced =
+        std::find(covered.begin(), covered.end(), d) != covered.end();
+    if (!reduced || keepdim) shape.push_back(reduced ? 1 : self.size(d));
+  }
+  const auto options = self.options().dtype(result);
+  int64_t count = 1;
+  for (int64_t d : covered) count *= self.size(d);
+  if (count == 0) return at::empty(shape, options).fill_(all ? 1 : 0);
+  at::Tensor out = at::empty(shape, options);
+  if (covered.empty()) {
+    at::ne_out(out, self, 0);
+    return out;
+  }
+  at::Tensor flags = at::empty(self.sizes(), self.options().dtype(at::kFloat));
+  at::ne_out(flags, self, 0);
+  const at::Tensor folded = all ? at::amin(flags, covered, keepdim)
+                                : at::amax(flags, covered, keepdim);
+  at::ne_out(out, folded, 0);
+  return out;
+}
+
+at::Tensor& into(const at::Tensor& value, at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == value.scalar_type() ||
+                  out.scalar_type() == at::kBool,
+              "all/any: expected out of dtype ", value.scalar_type(),
+              " but got ", out.scalar_type());
+  at::native::resize_output(out, value.sizes());
+  out.copy_(value);
+  return out;
+}
+
+template <bool kAll>
+at::Tensor full_kernel(const at::Tensor& self) {
+  return all_or_any(self, std::nullopt, false, kAll);
+}
+template <bool kAll>
+at::Tensor dim_kernel(const at::Tensor& self, int64_t dim, bool keepdim) {
+  return all_or_any(self, at::IntArrayRef(dim), keepdim, kAll);
+}
+template <bool kAll>
+at::Tensor dims_kernel(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                       bool keepdim) {
+  // dim=None reduces everything; dim=[] too (as PyTorch's all/any).
+  return all_or_any(self, dim, keepdim, kAll);
+}
+template <bool kAll>
+at::Tensor& full_out_kernel(const at::Tensor& self, at::Tensor& out) {
+  return into(all_or_any(self, std::nullopt, false, kAll), out);
+}
+template <bool kAll>
+at::Tensor& dim_out_kernel(const at::Tensor& self, int64_t dim, bool keepdim,
+                           at::Tensor& out) {
+  return into(all_or_any(self, at::IntArrayRef(dim), keepdim, kAll), out);
+}
+template <bool kAll>
+at::Tensor& dims_out_kernel(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                            bool keepdim, at::Tensor& out) {
+  return into(all_or_any(self, dim, keepdim, kAll), out);
+}
+
+bool floating(at::ScalarType t) {
+  return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat;
+}
+
+// ||x||_ord over `dim` for ord 2 (sqrt of the sum of squares), 1 (sum of
+// magnitudes), inf and -inf (largest and smallest magnitude), in fp32 with
+// one rounding into the result dtype, as the CPU kernel accumulates 16-bit
+// inputs. Other orders and non-floating inputs take the counted fallback.
+at::Tensor& vector_norm_out(const at::Tensor& self, const at::Scalar& ord,
+                            at::OptionalIntArrayRef dim, bool keepdim,
+                            std::optional<at::ScalarType> dtype,
+                            at::Tensor& out) {
+  const double p = ord.toDouble();
+  const at::ScalarType result = dtype.value_or(self.scalar_type());
+  const bool supported = p == 2 || p == 1 || std::isinf(p);
+  if (!supported || !floating(self.scalar_type()) || !floating(result) ||
+      self.numel() == 0) {
+    return at::native::call_fallback_fn<
+        &cpu_fallback, at::_ops::linalg_vector_norm_out>::call(self, ord, dim,
+                                                               keepdim, dtype,
+                                                               out);
+  }
+  const std::vector<int64_t> covered = covered_dims(self, dim, true);
+  const at::Tensor x = self.to(at::kFloat);
+  at::Tensor norm;
+  if (p == 2) {
+    norm = at::sqrt(at::sum(at::mul(x, x), covered, keepdim));
+  } else if (p == 1) {
+    norm = at::sum(at::abs(x), covered, keepdim);
+  } else {
+    norm = p > 0 ? at::amax(at::abs(x), covered, keepdim)
+                 : at::amin(at::abs(x), covered, keepdim);
+  }
+  at::native::resize_output(out, norm.sizes());
+  out.copy_(norm);
+  return out;
+}
+
+at::Tensor vector_norm(const at::Tensor& self, const at::Scalar& ord,
+                       at::OptionalIntArrayRef dim, bool keepdim,
+                       std::optional<at::ScalarType> dtype) {
+  at::Tensor out =
+      at::empty({0}, self.options().dtype(dtype.value_or(self.scalar_type())));
+  return vector_norm_out(self, ord, dim, keepdim, dtype, out);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("all", full_kernel<true>);
+  m.impl("all.dim", dim_kernel<true>);
+  m.impl("all.dims", dims_kernel<true>);
+  m.impl("all.all_out", full_out_kernel<true>);
+  m.impl("all.out", dim_out_kernel<true>);
+  m.impl("all.dims_out", dims_out_kernel<true>);
+  m.impl("any", full_kernel<false>);
+  m.impl("any.dim", dim_kernel<false>);
+  m.impl("any.dims", dims_kernel<false>);
+  m.impl("any.all_out", full_out_kernel<false>);
+  m.impl("any.out", dim_out_kernel<false>);
+  m.impl("any.dims_out", dims_out_kernel<false>);
+  m.impl("linalg_vector_norm", vector_norm);
+  m.impl("linalg_vector_norm.out", vector_norm_out);
+}
+
+}  // namespace
+}  // namespace spyre::torch_glue::ops
