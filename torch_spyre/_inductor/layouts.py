@@ -4,7 +4,8 @@ Every buffer a compiled kernel touches is assumed to sit in the device's
 default stick layout of its storage (what the spyre allocator gives a dense
 tensor): with the storage's dimensions in memory order and size-1 dimensions
 dropped, host sizes [h0 .. hk-1] live on the device as
-[h1 .. hk-2, ceil(hk-1 / E), h0, E], E = 128 bytes / element size. The
+[h1 .. hk-2, ceil(hk-1 / E), h0, E], E = 128 bytes / element size (the
+kernel library's rule, spyre/kernels/layout.h, read through _C). The
 launch's bind step checks the real layout against this assumption, so a
 tensor in another layout fails loudly instead of computing garbage.
 """
@@ -12,6 +13,7 @@ tensor in another layout fails loudly instead of computing garbage.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import weakref
 
@@ -69,18 +71,11 @@ class BufferLayout:
             acc *= size
         return tuple(reversed(strides))
 
-    @property
-    def sticks_along_last(self) -> int:
-        return math.ceil(self.host_sizes[-1] / self.per_stick) if self.rank else 1
-
-    @property
+    @functools.cached_property
     def device_size(self) -> list[int]:
-        h, e = self.host_sizes, self.per_stick
-        if self.rank == 0:
-            return [1, e]
-        if self.rank == 1:
-            return [self.sticks_along_last, e]
-        return list(h[1:-1]) + [self.sticks_along_last, h[0], e]
+        """The default stick layout of `host_sizes`: the layout rule is the
+        kernel library's (spyre/kernels/layout.h), through _C."""
+        return list(_C.default_layout(list(self.host_sizes), self.dtype, -1).device_size)
 
     @property
     def device_bytes(self) -> int:
