@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <optional>
+#include <utility>
+#include <variant>
 
 #include "kernel_library_util.h"
 #include "spyre/kernels/elementwise.h"
@@ -44,6 +47,35 @@ void expect_inside(const rt::Program& program, const rt::ChipFigures& chip) {
   }
 }
 
+// No two cores store to the same device bytes (each output stick has one
+// writer): the property that lets cores run in any order.
+void expect_disjoint_stores(const rt::Program& program) {
+  std::map<std::pair<uint32_t, uint64_t>, uint32_t> writer;  // (slot, byte)
+  for (const rt::CoreProgram& core : program.cores) {
+    for (const rt::Instruction& inst : core.instructions) {
+      const auto* store = std::get_if<rt::DmaStore>(&inst);
+      if (store == nullptr) continue;
+      const rt::StickTransfer& x = store->xfer;
+      for (uint32_t i2 = 0; i2 < x.count2; ++i2) {
+        for (uint32_t i1 = 0; i1 < x.count1; ++i1) {
+          const int64_t start = static_cast<int64_t>(x.dram.offset) +
+                                int64_t{i2} * x.dram_stride2 +
+                                int64_t{i1} * x.dram_stride1;
+          for (uint32_t b = 0; b < x.run_bytes; b += rt::kStickBytes) {
+            const auto key =
+                std::make_pair(x.dram.slot, static_cast<uint64_t>(start + b));
+            const auto [it, fresh] = writer.emplace(key, core.core);
+            ASSERT_TRUE(fresh || it->second == core.core)
+                << program.name << ": cores " << it->second << " and "
+                << core.core << " both store slot " << key.first << " byte "
+                << key.second;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Builds one kernel for the full and the small chip, runs each on a device
 // of its chip from the same inputs, and compares every slot's bytes.
 // `summed`: the last slot is a sum whose order the plan chooses (a product's
@@ -57,6 +89,8 @@ void check_kind(const char* what,
   const rt::Program full_program = build(Target{kSpyreChip});
   const rt::Program small_program = build(Target{small});
   expect_inside(small_program, small);
+  expect_disjoint_stores(full_program);
+  expect_disjoint_stores(small_program);
   // Planned for all the cores each chip has (the kernels are large enough).
   EXPECT_GT(full_program.cores.size(), small.num_cores) << what;
   EXPECT_LE(small_program.cores.size(), small.num_cores) << what;
@@ -173,9 +207,9 @@ TEST(KernelTarget, EveryBuilderPlansForTheChipItIsGiven) {
         k.target = target;
         k.shape = {1024, 1024};
         kernels::StickOperand in;
-        in.strides = {x.stick_stride *
-                      static_cast<int64_t>(kernels::ceil_div(1024, 64))};
-        in.stick_stride = x.stick_stride;
+        // x's rows: 1024 fp16 elements are 16 sticks, one after another.
+        in.strides = {16 * int64_t{rt::kStickBytes}};
+        in.stick_stride = rt::kStickBytes;
         k.inputs = {in};
         k.output = in;
         k.steps = {kernels::unary_step(rt::VecOp::kExp, 0, DType::kFloat32)};
