@@ -46,12 +46,26 @@ template <typename T, typename F>
   for_each_index(n, [&](uint32_t i) { out[i] = f(a[i], b[i]); });
 }
 
+// Both sides are loaded unconditionally before the select. Written as
+// `cond[i] != 0 ? b[i] : c[i]`, the source reads only the taken side, so
+// GCC 12.2's if-conversion turns the loads into masked loads
+// (vmaskmovps / vpmaskmovq) and -O3's loop vectoriser then miscompiles the
+// unrolled blocks of for_each_index: lanes get the wrong mask and read back
+// the zeros of a masked-off load (~44% of elements wrong; -O2 and
+// -fno-tree-loop-vectorize are correct). This is a compiler bug, not an
+// aliasing or NaN problem: the buffers are distinct ChunkBuffers members
+// and the n elements read are all initialised. Both buffers are always
+// valid for n elements, so the unconditional loads are safe and GCC emits
+// plain loads plus a blend, which it vectorises correctly at -O2 and -O3.
 template <typename T>
 [[gnu::noinline]] void map_select(const float* __restrict cond,
                                   const T* __restrict b, const T* __restrict c,
                                   T* __restrict out, uint32_t n) {
-  for_each_index(n,
-                 [&](uint32_t i) { out[i] = cond[i] != 0.0f ? b[i] : c[i]; });
+  for_each_index(n, [&](uint32_t i) {
+    const T taken = b[i];
+    const T not_taken = c[i];
+    out[i] = cond[i] != 0.0f ? taken : not_taken;
+  });
 }
 
 // Ops whose result is floating even for integer inputs (as in PyTorch).
