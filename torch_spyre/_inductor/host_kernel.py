@@ -37,7 +37,8 @@ def _count(reason: str) -> None:
 
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "div": "/",
            "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
-           "and_": "&", "or_": "|", "logical_and": "&", "logical_or": "|"}
+           "and_": "&", "or_": "|", "logical_and": "&", "logical_or": "|",
+           "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
 _FUNCS = {"neg": "torch.neg", "abs": "torch.abs", "exp": "torch.exp", "log": "torch.log",
           "sqrt": "torch.sqrt", "rsqrt": "torch.rsqrt", "reciprocal": "torch.reciprocal",
           "tanh": "torch.tanh", "sigmoid": "torch.sigmoid", "relu": "torch.relu",
@@ -47,7 +48,8 @@ _FUNCS = {"neg": "torch.neg", "abs": "torch.abs", "exp": "torch.exp", "log": "to
           "maximum": "torch.maximum", "minimum": "torch.minimum", "pow": "torch.pow",
           "where": "torch.where", "square": "torch.square", "log2": "torch.log2",
           "atan": "torch.atan", "signbit": "torch.signbit", "trunc": "torch.trunc",
-          "round": "torch.round", "isnan": "torch.isnan", "isinf": "torch.isinf"}
+          "round": "torch.round", "isnan": "torch.isnan", "isinf": "torch.isinf",
+          "bitwise_not": "torch.bitwise_not"}
 _REDUCTIONS = {"sum": "sum", "max": "amax", "min": "amin", "prod": "prod",
                "argmax": "argmax", "argmin": "argmin", "any": "any", "all": "all"}
 
@@ -130,9 +132,13 @@ class _Writer:
         for st in self.node.stores:
             val = self.value(st.value)
             store_shape = list(self.node.sizes)
-            idx = self.index(st.index)
+            # The index is built over the iteration vars, reduced ones
+            # included (size 1 in a store's index): drop them.
+            full = store_shape + [1] * len(self.node.reduction_sizes)
+            idx = self.tmp(f"torch.broadcast_to({self.index(st.index)}, {full})"
+                           f".reshape({store_shape})")
             self.lines.append(
-                f"flat[{st.buffer!r}][torch.broadcast_to({idx}, {store_shape})] = "
+                f"flat[{st.buffer!r}][{idx}] = "
                 f"torch.broadcast_to({val}, {store_shape}).to(flat[{st.buffer!r}].dtype)")
         return out + self.lines
 

@@ -275,6 +275,12 @@ BINARY_OPS = {
 }
 
 
+# On bool values (masks) bitwise ops are the logical ones; integer bit
+# patterns have no device lowering (their kernels run on the host).
+BOOL_BITWISE_OPS = {"bitwise_and": "logical_and", "bitwise_or": "logical_or",
+                    "bitwise_xor": "ne"}
+
+
 def kernel_args(plan: KernelPlan) -> list[str]:
     """The kernel's argument buffers in slot order: what it loads from device
     memory, then what it stores there."""
@@ -352,6 +358,10 @@ def describe_kernel(plan: KernelPlan) -> dict:
         elif v.op == "reduction":
             red = v.args[0]
             op.update(op="reduction", name=red.reduction_type, part=red.part)
+        elif name in BOOL_BITWISE_OPS and v.dtype == torch.bool:
+            op.update(op="binary", name=BOOL_BITWISE_OPS[name], dtype="bool")
+        elif name == "bitwise_not" and v.dtype == torch.bool:
+            op.update(op="unary", name="logical_not")
         elif name in UNARY_OPS:
             op.update(op="unary", name=UNARY_OPS[name])
         elif name in BINARY_OPS:
