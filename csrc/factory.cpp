@@ -136,20 +136,29 @@ const at::Tensor& spyre_resize(const at::Tensor& self, at::IntArrayRef sizes,
                                std::optional<at::MemoryFormat> memory_format) {
   at::detail::check_size_nonnegative(sizes);
   c10::TensorImpl* impl = self.unsafeGetTensorImpl();
-  const size_t element_size = self.element_size();
-  const size_t needed = at::detail::computeStorageNbytesContiguous(
-      sizes, element_size, impl->storage_offset());
-  const c10::Storage& storage = impl->unsafe_storage();
-  if (needed > storage.nbytes()) {
-    std::vector<int64_t> host_sizes(sizes.begin(), sizes.end());
-    if (impl->storage_offset() != 0)
-      host_sizes = {static_cast<int64_t>(needed / element_size)};
-    resize_storage(storage, needed,
-                   make_default_layout(host_sizes, element_size));
+  // As the CPU's resize_: a tensor that already has the sizes keeps its
+  // strides (an out= view written through _copy_from_and_resize stays the
+  // view; restriding it wrote elements outside it), unless a memory format
+  // is asked for.
+  if (self.sizes() != sizes) {
+    const size_t element_size = self.element_size();
+    const size_t needed = at::detail::computeStorageNbytesContiguous(
+        sizes, element_size, impl->storage_offset());
+    const c10::Storage& storage = impl->unsafe_storage();
+    if (needed > storage.nbytes()) {
+      std::vector<int64_t> host_sizes(sizes.begin(), sizes.end());
+      if (impl->storage_offset() != 0)
+        host_sizes = {static_cast<int64_t>(needed / element_size)};
+      resize_storage(storage, needed,
+                     make_default_layout(host_sizes, element_size));
+    }
+    impl->set_sizes_contiguous(sizes);
   }
-  impl->set_sizes_contiguous(sizes);
-  const auto format = memory_format.value_or(at::MemoryFormat::Contiguous);
-  if (format != at::MemoryFormat::Preserve) impl->empty_tensor_restride(format);
+  if (memory_format.has_value()) {
+    TORCH_CHECK(*memory_format != at::MemoryFormat::Preserve,
+                "Unsupported memory format", *memory_format);
+    impl->empty_tensor_restride(*memory_format);
+  }
   return self;
 }
 

@@ -81,3 +81,33 @@ def test_strict_environment_spellings(fresh_python):
     result = fresh_python("import torch; torch.spyre.is_strict()", SPYRE_STRICT="maybe")
     assert result.returncode != 0
     assert "SPYRE_STRICT='maybe' is not a boolean" in result.stderr
+
+
+def _out_view_cases():
+    # (name, run(x, out) with x the inputs on the out's device, out shape)
+    return [
+        ("exp2", lambda x, out: torch.exp2(x[:, :2], out=out), (4, 2)),
+        ("atan2", lambda x, out: torch.atan2(x[:, :2], x[:, 2:4], out=out), (4, 2)),
+        ("cumsum", lambda x, out: torch.cumsum(x[:, :2], 1, out=out), (4, 2)),
+        ("linspace", lambda x, out: torch.linspace(0, 1, 4, out=out), (4,)),
+        ("logspace", lambda x, out: torch.logspace(0, 1, 4, out=out), (4,)),
+        ("std.out", lambda x, out: torch.std(x, 1, out=out), (4,)),
+        ("prod.out", lambda x, out: torch.prod(x, 1, out=out), (4,)),
+    ]
+
+
+def test_fallback_out_into_a_view_writes_only_the_view():
+    # The fallback copies its CPU result back with _copy_from_and_resize,
+    # whose resize_ restrided the view to contiguous: a column view was
+    # written as if contiguous, over elements outside it (issue 16).
+    x = torch.rand(4, 5) + 0.5
+    for name, run, shape in _out_view_cases():
+        base_cpu = torch.zeros(4, 5)
+        base = base_cpu.to("spyre")
+        if len(shape) == 2:
+            view, view_cpu = base[:, 1:3], base_cpu[:, 1:3]  # rows 5 apart
+        else:
+            view, view_cpu = base[:, 1], base_cpu[:, 1]      # a column
+        run(x.to("spyre"), view)
+        run(x, view_cpu)
+        torch.testing.assert_close(base.cpu(), base_cpu, msg=name)
