@@ -9,6 +9,7 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/result_type.h>
 #include <torch/library.h>
 
@@ -203,7 +204,8 @@ at::ScalarType result_dtype(const Family& family, at::ScalarType common) {
 // TensorIterator does them; CPU scalars take no part (they broadcast).
 void prepare_output(const Family& family, const Call& call,
                     at::ScalarType common, at::Tensor& out) {
-  if (!out.defined()) {
+  const bool allocated_here = !out.defined();
+  if (allocated_here) {
     const at::Tensor* like = &call.inputs[0];
     for (const at::Tensor& t : call.inputs) {
       if (t.defined() && t.is_privateuseone()) like = &t;
@@ -221,6 +223,14 @@ void prepare_output(const Family& family, const Call& call,
     }
   }
   config.build();
+  // TensorIterator gives an output the memory order of its inputs (a
+  // permuted view in, a permuted result out) by restriding a storage it
+  // sized as contiguous. Its device layout would then run the sticks along
+  // the wrong dim; a storage of the result's own memory order keeps every
+  // kernel reading and writing it on the device.
+  if (allocated_here && !out.is_contiguous()) {
+    out = at::empty_strided(out.sizes(), out.strides(), out.options());
+  }
   if (family.promotion == Promotion::kArith ||
       family.promotion == Promotion::kFloat ||
       family.promotion == Promotion::kWhere ||

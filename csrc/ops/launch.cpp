@@ -16,6 +16,7 @@
 #include "allocator.h"
 #include "device_state.h"
 #include "ops/launch_memo.h"
+#include "ops/restickify.h"
 #include "spyre/runtime/stream.h"
 
 namespace spyre::torch_glue::ops {
@@ -230,6 +231,12 @@ void launch_elementwise(std::string_view name, c10::ArrayRef<at::Tensor> inputs,
 }
 
 void device_copy(const at::Tensor& src, const at::Tensor& dst) {
+  // A source along other sticks than dst (a transpose made contiguous) is
+  // re-laid out straight into dst; one that shares dst's storage is copied
+  // by the elementwise path, which reads a snapshot of it first.
+  if (!src.storage().is_alias_of(dst.storage()) && restickify_copy(src, dst)) {
+    return;
+  }
   const bool to_bool =
       dst.scalar_type() == at::kBool && src.scalar_type() != at::kBool;
   const kernels::ElementwiseStep step =

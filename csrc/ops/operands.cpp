@@ -9,6 +9,7 @@
 #include "device_layout.h"
 #include "ops/launch.h"
 #include "ops/op_stats.h"
+#include "ops/restickify.h"
 #include "storage_ops.h"
 
 namespace spyre::torch_glue::ops {
@@ -67,6 +68,32 @@ bool host_dim_coefficients(const DeviceLayout& layout,
   return true;
 }
 
+// The stick dim merged with the host dims before it while their sticks
+// are evenly spaced across the boundary (the dim after fills whole sticks, and
+// one step of the dim before moves past all of them): a [batch, seq, heads,
+// head_dim] storage read as [batch, seq, heads * head_dim] is then one run of
+// sticks per row.
+void merge_whole_stick_dims(std::vector<int64_t>& host,
+                            std::vector<int64_t>& coeff, int64_t& stick_dim,
+                            int64_t& stick_stride, int64_t per_stick) {
+  while (host.size() > 1 &&
+         stick_dim == static_cast<int64_t>(host.size()) - 1 &&
+         host.back() % per_stick == 0) {
+    const size_t before = host.size() - 2;
+    const int64_t sticks = host.back() / per_stick;
+    if (coeff[before] <= 0) return;
+    if (sticks == 1) {
+      stick_stride = coeff[before];
+    } else if (coeff[before] != sticks * stick_stride) {
+      return;
+    }
+    host[before] *= host.back();
+    host.pop_back();
+    coeff.pop_back();
+    stick_dim = static_cast<int64_t>(before);
+  }
+}
+
 }  // namespace
 
 std::optional<rt::DType> maybe_device_dtype(at::ScalarType type) {
@@ -117,7 +144,9 @@ std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
   if (!host_dim_coefficients(layout, coeff, stick_dim, stick_stride)) {
     return std::nullopt;
   }
-  const std::vector<int64_t>& host = layout.host_sizes;
+  std::vector<int64_t> host = layout.host_sizes;
+  merge_whole_stick_dims(host, coeff, stick_dim, stick_stride,
+                         layout.elements_per_stick());
   const std::vector<int64_t> host_strides = contiguous_strides(host);
   // Coordinates of element 0 of the view, and how far the view reaches
   // along each host dim from there.
@@ -143,8 +172,17 @@ std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
     if (j == host.size()) return std::nullopt;
     const int64_t steps = strides[d] / host_strides[j];
     if (static_cast<int64_t>(j) == stick_dim) {
-      // Only the rows dim of a cols-broadcast view may walk the sticks
-      // ([rows, 1] against [rows, cols]).
+      // A dim stepping whole sticks along the stick dim (the heads of a
+      // [batch, seq, heads * head_dim] tensor viewed as [batch, heads, seq,
+      // head_dim]) is an outer dim like any other.
+      const int64_t per_stick = op.elements_per_stick();
+      if (steps % per_stick == 0) {
+        reach[j] += steps * (sizes[d] - 1);
+        op.strides[d] = steps / per_stick * stick_stride;
+        continue;
+      }
+      // Otherwise only the rows dim of a cols-broadcast view may walk the
+      // sticks ([rows, 1] against [rows, cols]).
       const bool rows_dim = d + 2 == sizes.size();
       if (!rows_dim || steps != 1 || strides.back() != 0) return std::nullopt;
       op.cols = kernels::StickOperand::Cols::kRowsAlongSticks;
@@ -247,6 +285,10 @@ at::Tensor materialize(const at::Tensor& tensor) {
           .has_value()) {
     ++op_counters().device_materializations;
     launch_elementwise("copy", {tensor}, fresh, {kernels::copy_step()});
+    return fresh;
+  }
+  if (restickify_copy(tensor, fresh)) {
+    ++op_counters().device_materializations;
     return fresh;
   }
   write_through_host(tensor, fresh);

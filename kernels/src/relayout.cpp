@@ -257,13 +257,13 @@ void emit_through_dram(ProgramBuilder& builder, const RelayoutPlacement& p,
 
 // X's row block of core i into its src buffer, stick-major.
 void emit_load_src(CoreBuilder& core, const Matrix& in,
-                   const RelayoutPlacement& p, uint32_t i) {
+                   const RelayoutPlacement& p, uint32_t i, uint64_t batch) {
   const uint64_t br = p.row_blocks.size(i), r0 = p.row_blocks.begin(i);
   if (br == 0) return;
   const uint64_t e = rt::elements_per_stick(p.dtype);
   const uint64_t n = sticks(p.cols, p.dtype);
   std::vector<rt::StickTransfer> xs =
-      in.tiles(0, r0, br, 0, p.cols, p.src, u32(kStick));
+      in.tiles(0, r0, br, 0, p.cols, p.src, u32(kStick), batch);
   // One transfer that walks rows then sticks: point its stick step at the
   // next stick-major block. Otherwise one transfer per stick.
   if (xs.size() == 1 && xs[0].count2 == n && xs[0].run_bytes == kStick) {
@@ -273,7 +273,7 @@ void emit_load_src(CoreBuilder& core, const Matrix& in,
   }
   for (uint64_t s = 0; s < n; ++s) {
     core.load(in.tiles(0, r0, br, s * e, std::min(e, p.cols - s * e),
-                       u32(p.src + s * br * kStick), u32(kStick)));
+                       u32(p.src + s * br * kStick), u32(kStick), batch));
   }
 }
 
@@ -287,8 +287,15 @@ void check_matrices(const Matrix& in, const Matrix& out) {
   if (in.dtype != out.dtype) {
     throw KernelBuildError("restickify: in and out must share a dtype");
   }
-  if (in.batch_count() != 1 || out.batch_count() != 1) {
-    throw KernelBuildError("restickify: batch dims are not supported");
+  if (in.batch_dims.size() != out.batch_dims.size() ||
+      in.batch_count() != out.batch_count()) {
+    throw KernelBuildError("restickify: in and out must list the same batches");
+  }
+  for (size_t d = 0; d < in.batch_dims.size(); ++d) {
+    if (in.batch_dims[d].size != out.batch_dims[d].size) {
+      throw KernelBuildError(
+          "restickify: in and out must list the same batches");
+    }
   }
   if (in.rows == 0 || in.cols == 0) {
     throw KernelBuildError("restickify of an empty matrix needs no program");
@@ -414,16 +421,22 @@ rt::Program build_restickify(const Matrix& in, const Matrix& out,
   }
   const RelayoutPlacement p =
       plan_relayout(builder, in.rows, in.cols, in.dtype, o);
-  for (uint32_t i = 0; i < p.cores; ++i) {
-    emit_load_src(builder.core(i), in, p, i);
-  }
-  if (o.barrier_after_load) emit_barrier(builder, p.cores);
-  emit_relayout(builder, p, o.path, scratch);
-  for (uint32_t j = 0; j < p.cores; ++j) {
-    const uint64_t bc = p.col_blocks.size(j);
-    if (bc == 0) continue;
-    builder.core(j).store(
-        out.tiles(1, p.col_blocks.begin(j), bc, 0, p.rows, p.dst, p.dst_pitch));
+  // Batches one after another through the same buffers; a barrier between
+  // them keeps a fast core from overwriting what a slower one still reads
+  // (the DRAM path's scratch, a ring partner's pieces).
+  for (uint64_t batch = 0; batch < in.batch_count(); ++batch) {
+    if (batch > 0) emit_barrier(builder, p.cores);
+    for (uint32_t i = 0; i < p.cores; ++i) {
+      emit_load_src(builder.core(i), in, p, i, batch);
+    }
+    if (o.barrier_after_load) emit_barrier(builder, p.cores);
+    emit_relayout(builder, p, o.path, scratch);
+    for (uint32_t j = 0; j < p.cores; ++j) {
+      const uint64_t bc = p.col_blocks.size(j);
+      if (bc == 0) continue;
+      builder.core(j).store(out.tiles(1, p.col_blocks.begin(j), bc, 0, p.rows,
+                                      p.dst, p.dst_pitch, batch));
+    }
   }
   return std::move(builder).finish();
 }

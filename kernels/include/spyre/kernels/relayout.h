@@ -87,7 +87,8 @@ void emit_barrier(ProgramBuilder& builder, uint32_t cores);
 
 // A whole program: load X from `in` into the placement, re-layout, store
 // the X^T blocks to `out`. `in` is rows x cols; `out` is cols x rows; any
-// stick layouts (Matrix), same dtype, no batch dims.
+// stick layouts (Matrix), same dtype; batch dims (the same sizes in both)
+// are re-laid out one after another in the one program.
 // Slots: 0 = in, 1 = out (output), 2 = scratch (kDeviceMemory only).
 rt::Program build_restickify(const Matrix& in, const Matrix& out,
                              const RelayoutOptions& options);

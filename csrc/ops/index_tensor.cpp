@@ -1,0 +1,199 @@
+// Advanced indexing with integer index tensors (x[i, j], x[:, i], the
+// attention-mask lookups of Hugging Face's masking utilities) written from
+// other device ops, so it needs no program kind of its own: the indices
+// become one flat row index into the indexed dims (wrapped like Python's,
+// range-checked), and the device's row gather (embedding's) picks the rows.
+// Boolean and byte masks (x[mask]) have a data-dependent result shape, which
+// needs the host to count the mask: they go to the counted CPU fallback.
+#include <ATen/ExpandUtils.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/bitwise_or.h>
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/ge.h>
+#include <ATen/ops/index_ops.h>
+#include <ATen/ops/lt.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/where.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "ops/launch.h"
+
+namespace spyre::torch_glue::ops {
+namespace {
+
+using IndexList = c10::List<std::optional<at::Tensor>>;
+
+// The dims indexed by a tensor, with their indices on self's device as
+// int64 (PyTorch accepts indices on the CPU for a device tensor).
+struct IndexedDims {
+  std::vector<int64_t> dims;
+  std::vector<at::Tensor> indices;
+};
+
+std::optional<IndexedDims> integer_indices(const at::Tensor& self,
+                                           const IndexList& list) {
+  IndexedDims out;
+  for (size_t k = 0; k < list.size(); ++k) {
+    const std::optional<at::Tensor> index = list[k];
+    if (!index.has_value() || !index->defined()) continue;
+    const at::ScalarType type = index->scalar_type();
+    if (type != at::kLong && type != at::kInt) return std::nullopt;
+    TORCH_CHECK_INDEX(index->is_cpu() || index->device() == self.device(),
+                      "indices should be either on cpu or on the same device "
+                      "as the indexed tensor (",
+                      self.device(), "), got one on ", index->device());
+    out.dims.push_back(static_cast<int64_t>(k));
+    out.indices.push_back(index->to(self.device(), at::kLong));
+  }
+  if (out.dims.empty()) return std::nullopt;
+  return out;
+}
+
+bool broadcastable(at::IntArrayRef a, at::IntArrayRef b) {
+  for (size_t k = 1; k <= std::min(a.size(), b.size()); ++k) {
+    const int64_t x = a[a.size() - k], y = b[b.size() - k];
+    if (x != y && x != 1 && y != 1) return false;
+  }
+  return true;
+}
+
+// The indices' common shape, with PyTorch's error when there is none.
+std::vector<int64_t> broadcast_shape(const std::vector<at::Tensor>& indices) {
+  std::vector<int64_t> shape;
+  for (const at::Tensor& index : indices) {
+    if (!broadcastable(shape, index.sizes())) {
+      std::string shapes;
+      for (const at::Tensor& t : indices) {
+        shapes += (shapes.empty() ? "" : ", ") + c10::str(t.sizes());
+      }
+      TORCH_CHECK_INDEX(false,
+                        "shape mismatch: indexing tensors could not be "
+                        "broadcast together with shapes ",
+                        shapes);
+    }
+    shape = at::infer_size(shape, index.sizes());
+  }
+  return shape;
+}
+
+// One row index into the indexed dims flattened in order (row-major), in
+// the indices' common shape. A negative index counts from the end, as in
+// Python; an index outside its dim makes the row index point past the last
+// row, which the gather reports as a device error.
+at::Tensor flat_row_index(const at::Tensor& self, const IndexedDims& indexed,
+                          int64_t rows) {
+  at::Tensor flat, outside;
+  for (size_t k = 0; k < indexed.dims.size(); ++k) {
+    const int64_t size = self.size(indexed.dims[k]);
+    const at::Tensor& index = indexed.indices[k];
+    const at::Tensor wrapped =
+        at::where(at::lt(index, 0), at::add(index, size), index);
+    const at::Tensor beyond =
+        at::bitwise_or(at::lt(index, -size), at::ge(index, size));
+    flat = flat.defined() ? at::add(at::mul(flat, size), wrapped) : wrapped;
+    outside = outside.defined() ? at::bitwise_or(outside, beyond) : beyond;
+  }
+  return at::where(outside, at::scalar_tensor(rows, flat.options()), flat);
+}
+
+bool dims_adjacent(const std::vector<int64_t>& dims) {
+  return dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
+}
+
+at::Tensor index_kernel(const at::Tensor& self, const IndexList& list) {
+  TORCH_CHECK_INDEX(static_cast<int64_t>(list.size()) <= self.dim(),
+                    "too many indices for tensor of dimension ", self.dim(),
+                    " (got ", list.size(), ")");
+  std::optional<IndexedDims> indexed = integer_indices(self, list);
+  if (!indexed || !has_device_dtype(self.scalar_type())) {
+    return at::native::call_fallback_fn<&cpu_fallback,
+                                        at::_ops::index_Tensor>::call(self,
+                                                                      list);
+  }
+  const std::vector<int64_t> shape = broadcast_shape(indexed->indices);
+  // self's dims, indexed ones first: rows = the indexed dims flattened,
+  // cols = the others flattened (kept in order).
+  std::vector<int64_t> order = indexed->dims, kept_sizes;
+  int64_t rows = 1, cols = 1;
+  for (int64_t d : indexed->dims) rows *= self.size(d);
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (std::find(order.begin(), order.end(), d) != order.end()) continue;
+    order.push_back(d);
+    kept_sizes.push_back(self.size(d));
+    cols *= self.size(d);
+  }
+  // The result: the indices' shape in place of the indexed dims when those
+  // are adjacent, else in front (PyTorch's rule).
+  const int64_t before =
+      dims_adjacent(indexed->dims) ? indexed->dims.front() : 0;
+  std::vector<int64_t> result_sizes(kept_sizes.begin(),
+                                    kept_sizes.begin() + before);
+  result_sizes.insert(result_sizes.end(), shape.begin(), shape.end());
+  result_sizes.insert(result_sizes.end(), kept_sizes.begin() + before,
+                      kept_sizes.end());
+  const int64_t count = c10::multiply_integers(shape);
+  if (count == 0 || cols == 0) return at::empty(result_sizes, self.options());
+
+  at::Tensor table = self.permute(order);
+  // The gather moves rows of sticks. A row of one element is no row of the
+  // layout (it drops a trailing size-1 dim), so such a table is widened to
+  // rows of two equal elements, and column 0 of what is picked is read back
+  // by a re-layout, straight into the indices' shape.
+  const bool widened = cols == 1;
+  if (widened) {
+    std::vector<int64_t> wide = table.sizes().vec();
+    wide.push_back(2);
+    at::Tensor rows_of_two = at::empty({rows, 2}, self.options());
+    rows_of_two.view(wide).copy_(table.unsqueeze(-1).expand(wide));
+    table = rows_of_two;
+  } else {
+    table = table.reshape({rows, cols});
+  }
+  // The row gather takes the row index in its own shape (as embedding
+  // does): flattening it would cut its rows of sticks apart.
+  at::Tensor row_index = flat_row_index(self, *indexed, rows);
+  if (row_index.dim() == 0) row_index = row_index.reshape({1});
+  at::Tensor picked = at::embedding(table, row_index);
+  if (widened) picked = picked.transpose(-1, -2).contiguous().select(-2, 0);
+  // picked is [indices' shape, kept dims]; move the indices' dims after
+  // the kept dims that come before them.
+  std::vector<int64_t> picked_sizes = shape;
+  picked_sizes.insert(picked_sizes.end(), kept_sizes.begin(), kept_sizes.end());
+  picked = picked.reshape(picked_sizes);
+  if (before == 0) return picked.contiguous();
+  const int64_t n = static_cast<int64_t>(shape.size());
+  std::vector<int64_t> placement;
+  for (int64_t d = 0; d < before; ++d) placement.push_back(n + d);
+  for (int64_t d = 0; d < n; ++d) placement.push_back(d);
+  for (int64_t d = n + before; d < static_cast<int64_t>(picked_sizes.size());
+       ++d) {
+    placement.push_back(d);
+  }
+  return picked.permute(placement).contiguous();
+}
+
+at::Tensor& index_out_kernel(const at::Tensor& self, const IndexList& list,
+                             at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "index_out: self (",
+              self.scalar_type(), ") and result (", out.scalar_type(),
+              ") must have the same scalar type");
+  const at::Tensor result = index_kernel(self, list);
+  at::native::resize_output(out, result.sizes());
+  out.copy_(result);
+  return out;
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("index.Tensor", index_kernel);
+  m.impl("index.Tensor_out", index_out_kernel);
+}
+
+}  // namespace
+}  // namespace spyre::torch_glue::ops

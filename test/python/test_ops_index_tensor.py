@@ -1,0 +1,134 @@
+"""Advanced indexing with integer index tensors (aten::index.Tensor) on the
+device against the CPU: exact (data movement), every index placement
+PyTorch distinguishes (leading, middle, trailing, non-adjacent, broadcast
+indices, every dim indexed as in Hugging Face's attention-mask lookup),
+negative indices, int32 and CPU indices, views with offsets, out= into a
+view, clear errors; boolean masks are the one counted CPU fallback."""
+
+import pytest
+import torch
+
+from ops_testing import FLOATS, no_fallbacks, offset_view, rand
+
+DTYPES = FLOATS + [torch.bool, torch.int64, torch.int32]
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    torch.spyre.reset_fallback_stats()
+    yield
+
+
+def _table(shape, dtype):
+    if dtype == torch.bool:
+        return torch.rand(shape) > 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(-1000, 1000, shape, dtype=dtype)
+    return rand(shape, dtype)
+
+
+def _idx(*values):
+    return torch.tensor(values)
+
+
+# (table shape, index tuple builder): each a case PyTorch places differently.
+CASES = {
+    "leading": ((6, 5, 40), lambda: (_idx(4, 0, 0, 5),)),
+    "middle": ((3, 7, 40), lambda: (slice(None), _idx([2, 6], [0, 1]))),
+    "last dim": ((3, 4, 9), lambda: (slice(None), slice(None), _idx(8, 0, 3))),
+    "two adjacent": ((4, 6, 33), lambda: (_idx(3, 1), _idx(5, 0))),
+    "non-adjacent": ((4, 3, 6), lambda: (_idx(1, 2, 0), slice(None), _idx(5, 0, 2))),
+    "broadcast, every dim": ((3, 11), lambda: (
+        torch.arange(3).view(3, 1, 1, 1), torch.arange(11).view(1, 1, 1, 11))),
+    "negative": ((5, 8), lambda: (_idx(-1, -5, 2),)),
+    "2-D index": ((9, 70), lambda: (torch.randint(0, 9, (4, 3)),)),
+    "unit trailing dim": ((6, 4, 1), lambda: (_idx(5, 1), _idx(3, 0))),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_index_matches_cpu(case, dtype):
+    shape, build = CASES[case]
+    a = _table(shape, dtype)
+    index = build()
+    on_device = tuple(i.to("spyre") if isinstance(i, torch.Tensor) else i
+                      for i in index)
+    got = a.to("spyre")[on_device]
+    want = a[index]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert torch.equal(got.cpu(), want)
+    no_fallbacks()
+
+
+def test_int32_and_cpu_indices():
+    a = rand((7, 130), torch.float32)
+    i32 = _idx(6, 1, 1).int()
+    assert torch.equal(a.to("spyre")[i32.to("spyre")].cpu(), a[i32])
+    # Indices on the CPU for a device tensor, as PyTorch accepts.
+    cpu_index = _idx(0, 3)
+    got = a.to("spyre")[:, cpu_index]
+    assert got.device.type == "spyre"
+    assert torch.equal(got.cpu(), a[:, cpu_index])
+    no_fallbacks()
+
+
+def test_views_with_offsets():
+    a = rand((6, 50), torch.float16)
+    view = offset_view(a)  # storage offset, every other row
+    index = _idx(5, 0, 2)
+    assert torch.equal(view[index].cpu(), a[index])
+    # A transposed (non-contiguous) table indexed along its last dim.
+    t = a.to("spyre").t()
+    assert torch.equal(t[:, index].cpu(), a.t()[:, index])
+    # The index itself a strided view.
+    big = _idx(9, 1, 9, 3, 9, 0)
+    assert torch.equal(a.to("spyre")[big.to("spyre")[1::2]].cpu(), a[big[1::2]])
+    no_fallbacks()
+
+
+def test_out_into_a_view_and_dtype_check():
+    a = rand((5, 40), torch.float32)
+    index = _idx(4, 2)
+    base = torch.zeros(4, 40).to("spyre")
+    out = base[1:3]
+    torch.ops.aten.index.Tensor_out(a.to("spyre"), [index.to("spyre")], out=out)
+    want = torch.zeros(4, 40)
+    want[1:3] = a[index]
+    assert torch.equal(base.cpu(), want)
+    with pytest.raises(RuntimeError, match="same scalar type"):
+        torch.ops.aten.index.Tensor_out(
+            a.to("spyre"), [index.to("spyre")],
+            out=torch.empty(2, 40, dtype=torch.float16).to("spyre"))
+    no_fallbacks()
+
+
+def test_empty_results():
+    a = rand((4, 6), torch.float32)
+    empty = torch.zeros(0, dtype=torch.long)
+    assert a.to("spyre")[empty.to("spyre")].shape == a[empty].shape
+    z = torch.zeros(4, 0)
+    assert z.to("spyre")[_idx(1, 2).to("spyre")].shape == (2, 0)
+    no_fallbacks()
+
+
+def test_errors_are_clear():
+    a = torch.randn(3, 4).to("spyre")
+    with pytest.raises(IndexError, match="could not be broadcast"):
+        a[_idx(0, 1).to("spyre"), _idx(0, 1, 2).to("spyre")]
+    with pytest.raises(IndexError, match="too many indices"):
+        a[_idx(0).to("spyre"), _idx(0).to("spyre"), _idx(0).to("spyre")]
+    # Out of range, positive or negative: a device error at launch (as a
+    # device-side assert on other accelerators), never a wrong element.
+    for bad in [(_idx(0, 3),), (slice(None), _idx(-5))]:
+        with pytest.raises(RuntimeError, match="outside the table"):
+            a[tuple(i.to("spyre") if isinstance(i, torch.Tensor) else i
+                    for i in bad)].cpu()
+
+
+def test_boolean_mask_is_a_counted_fallback():
+    a = torch.randn(4, 5)
+    mask = a > 0
+    got = a.to("spyre")[mask.to("spyre")]
+    assert torch.equal(got.cpu(), a[mask])
+    assert sum(torch.spyre.fallback_stats().values()) >= 1

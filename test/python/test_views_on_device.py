@@ -1,0 +1,104 @@
+"""Views that attention code makes (heads split off the hidden dim,
+transposed keys, heads merged back) stay on the device: each result
+matches the CPU exactly, and op_stats() shows no copy through the host.
+Covers permuted elementwise results (their storage takes their memory
+order), whole-stick steps along the stick dim, a stick dim read across
+the dims it was split into, re-layouts of transposes (2-D, batched,
+permuted, offsets, every float dtype) and copies that alias."""
+
+import pytest
+import torch
+
+from ops_testing import FLOATS, no_fallbacks, rand
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    torch.spyre.reset_fallback_stats()
+    torch.spyre.reset_op_stats()
+    yield
+
+
+def no_host_copies():
+    assert torch.spyre.op_stats()["host_materializations"] == 0
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_attention_heads_round_trip(dtype):
+    # Heads of one stick each: head_dim 32 in float32 (MiniLM), 64 in
+    # 16-bit dtypes (BERT-base, GPT-2, Llama).
+    b, s, h = 3, 16, 6
+    d = 128 // (torch.finfo(dtype).bits // 8)
+    x = rand((b, s, h * d), dtype)
+    heads = x.to("spyre").view(b, s, h, d).transpose(1, 2)
+    ref = x.view(b, s, h, d).transpose(1, 2)
+    scaled = heads * 0.5  # a permuted result, as on the CPU
+    assert scaled.stride() == (ref * 0.5).stride()
+    assert torch.equal(scaled.cpu(), ref * 0.5)
+    keys_t = scaled.transpose(-1, -2)
+    scores = torch.matmul(scaled, keys_t)
+    torch.testing.assert_close(scores.cpu().float(),
+                               torch.matmul(ref * 0.5, (ref * 0.5).transpose(-1, -2)).float(),
+                               rtol=2e-2, atol=2e-2)
+    merged = scaled.transpose(1, 2).reshape(b, s, h * d)
+    assert torch.equal((merged + 1).cpu(), (ref * 0.5).transpose(1, 2).reshape(b, s, h * d) + 1)
+    no_host_copies()
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("shape", [(5, 7), (64, 48), (3, 40, 33), (2, 3, 130, 70)],
+                         ids=str)
+def test_transpose_made_contiguous(shape, dtype):
+    x = rand(shape, dtype)
+    got = x.to("spyre").transpose(-1, -2).contiguous()
+    assert torch.equal(got.cpu(), x.transpose(-1, -2).contiguous())
+    no_host_copies()
+
+
+def test_permutes_and_offsets():
+    x = rand((2, 3, 4, 40), torch.float32)
+    for perm in [(0, 3, 1, 2), (3, 1, 2, 0), (0, 2, 3, 1)]:
+        got = x.to("spyre").permute(perm).contiguous()
+        assert torch.equal(got.cpu(), x.permute(perm).contiguous()), perm
+    big = rand((9, 70), torch.float16)
+    view = big.to("spyre")[2:7, 3:40]  # storage offset, a part of each row
+    assert torch.equal(view.t().contiguous().cpu(), big[2:7, 3:40].t().contiguous())
+    dst = torch.zeros(37, 5, dtype=torch.float16).to("spyre")
+    dst.copy_(view.t())
+    assert torch.equal(dst.cpu(), big[2:7, 3:40].t())
+    no_host_copies()
+
+
+def test_copies_that_alias():
+    a = rand((48, 48), torch.float32)
+    x = a.to("spyre")
+    x.copy_(x.t())  # reads a snapshot of itself first
+    assert torch.equal(x.cpu(), a.t())
+    # A permuted out= (PyTorch refuses one overlapping its input).
+    y = torch.zeros(48, 48).to("spyre")
+    torch.add(x, 1, out=y.t())
+    assert torch.equal(y.cpu(), (a.t() + 1).t())
+    # In place through a transposed view of itself.
+    x.t().mul_(2)
+    assert torch.equal(x.cpu(), a.t() * 2)
+    no_fallbacks()
+
+
+def test_heads_of_half_a_stick_are_exact():
+    # head_dim 32 in float16 (MiniLM in half precision): a head is half a
+    # stick, which no stick transfer can pick out; the result is still the
+    # CPU's (the view is copied through the host, counted).
+    x = rand((2, 8, 4 * 32), torch.float16)
+    heads = x.to("spyre").view(2, 8, 4, 32).transpose(1, 2)
+    assert torch.equal((heads + 1).contiguous().cpu(),
+                       (x.view(2, 8, 4, 32).transpose(1, 2) + 1).contiguous())
+    no_fallbacks()
+
+
+def test_stride_within_a_stick_goes_through_the_host_counted():
+    a = rand((6, 70), torch.float32)
+    got = a.to("spyre")[:, ::2].contiguous()
+    assert torch.equal(got.cpu(), a[:, ::2].contiguous())
+    assert torch.spyre.op_stats()["host_materializations"] >= 1
+    no_fallbacks()
