@@ -41,6 +41,7 @@ Result run_path(const Matrix& in, const Matrix& out, const Image& input,
 
 void check_restickify(const Matrix& in, const Matrix& out,
                       uint32_t max_cores = 0) {
+  ASSERT_EQ(in.batch_count(), out.batch_count());
   std::mt19937 rng(3);
   Image input(in.bytes());
   input.fill(in, rng, -100, 100);
@@ -51,10 +52,12 @@ void check_restickify(const Matrix& in, const Matrix& out,
   EXPECT_TRUE(ring.out.bytes == dram.out.bytes)
       << "ring and device-memory paths wrote different bytes";
   Image& got = ring.out;
-  for (uint64_t r = 0; r < in.rows; ++r) {
-    for (uint64_t c = 0; c < in.cols; ++c) {
-      ASSERT_EQ(got.get(out, 0, c, r), input.get(in, 0, r, c))
-          << "X^T[" << c << ", " << r << "]";
+  for (uint64_t b = 0; b < in.batch_count(); ++b) {
+    for (uint64_t r = 0; r < in.rows; ++r) {
+      for (uint64_t c = 0; c < in.cols; ++c) {
+        ASSERT_EQ(got.get(out, b, c, r), input.get(in, b, r, c))
+            << "batch " << b << " X^T[" << c << ", " << r << "]";
+      }
     }
   }
   if (max_cores > 1) {
@@ -144,6 +147,22 @@ TEST(RestickifyTraffic, DramPathMovesTheTensorTwiceMore) {
   // 64-row and 64-column blocks: 8 cores, each keeping 1/8 of its block.
   EXPECT_EQ(ring.stats.ring_bytes, in.bytes() / 8 * 7);
   EXPECT_LT(ring.stats.cycles, dram.stats.cycles);
+}
+
+TEST_P(Restickify, BatchesOneAfterAnother) {
+  // Attention's keys transposed per (batch, head): small matrices, one
+  // program for all of them, over one core and over several.
+  const DType t = GetParam();
+  for (const auto& [rows, cols] : {std::pair<uint64_t, uint64_t>{16, 32},
+                                   std::pair<uint64_t, uint64_t>{300, 70}}) {
+    Matrix in = Matrix::row_major(rows, cols, t);
+    Matrix out = Matrix::row_major(cols, rows, t);
+    in.batch_dims = {{2, static_cast<int64_t>(3 * in.bytes())},
+                     {3, static_cast<int64_t>(in.bytes())}};
+    out.batch_dims = {{2, static_cast<int64_t>(3 * out.bytes())},
+                      {3, static_cast<int64_t>(out.bytes())}};
+    check_restickify(in, out);
+  }
 }
 
 TEST(RestickifyErrors, ShapesAndFit) {
