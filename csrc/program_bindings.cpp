@@ -41,12 +41,6 @@ rt::DType dtype_of(const std::string& name) {
   return *dtype;
 }
 
-size_t instruction_count(const rt::Program& p) {
-  size_t n = 0;
-  for (const auto& core : p.cores) n += core.instructions.size();
-  return n;
-}
-
 // A built program as Python sees it: its facts, its serialised bytes, and
 // set_arg to name a slot after the buffer bound to it and record the device
 // layout its storage must have (checked at bind).
@@ -96,7 +90,7 @@ void bind_program(py::module_& m) {
           "num_cores",
           [](const Program& p) { return p.program().cores.size(); })
       .def_property_readonly("instruction_count", [](const Program& p) {
-        return instruction_count(p.program());
+        return p.program().instruction_count();
       });
 }
 

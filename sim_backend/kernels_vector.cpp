@@ -82,6 +82,7 @@ bool is_integral_value(double v) {
 // dst is a 0/1 or a pass-through); other ops also follow a floating dst.
 bool computes_in_float(const rt::Vector& v) {
   if (is_float_only(v.op)) return true;
+  if (rt::vec_op_is_bitwise(v.op)) return false;  // validated: no floats
   int n = rt::vec_op_arity(v.op);
   bool value_dst = !rt::vec_op_is_compare(v.op) && v.op != VecOp::kLogicalNot &&
                    v.op != VecOp::kLogicalAnd && v.op != VecOp::kLogicalOr &&
@@ -332,6 +333,9 @@ void unary_int(VecOp op, const IntArgs& x) {
     case VecOp::kLogicalNot:
       map([](int64_t v) { return int64_t{v == 0}; });
       return;
+    case VecOp::kBitNot:
+      map([](int64_t v) { return ~v; });
+      return;
     default:
       device_error(
           rt::str("vector: op ", static_cast<int>(op), " has no integer form"));
@@ -388,6 +392,15 @@ void binary_int(VecOp op, const IntArgs& x) {
       return;
     case VecOp::kLogicalOr:
       map([](int64_t p, int64_t q) { return int64_t{p != 0 || q != 0}; });
+      return;
+    case VecOp::kBitAnd:
+      map([](int64_t p, int64_t q) { return p & q; });
+      return;
+    case VecOp::kBitOr:
+      map([](int64_t p, int64_t q) { return p | q; });
+      return;
+    case VecOp::kBitXor:
+      map([](int64_t p, int64_t q) { return p ^ q; });
       return;
     default:
       device_error(

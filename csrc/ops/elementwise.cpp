@@ -108,8 +108,8 @@ const Family* family_of(std::string_view name) {
       {"clamp_max", {Promotion::kArith, Shape::kClampMax}},
       {"where", {Promotion::kWhere, Shape::kWhere, VecOp::kSelect}},
       {"masked_fill", {Promotion::kMasked, Shape::kMaskedFill}},
-      // On bool tensors (attention and generation masks) bitwise ops are
-      // the logical ones; integer bit patterns go to the CPU fallback.
+      // Listed by their bool forms (attention and generation masks);
+      // integer tensors take the bit-pattern ops (integer_bitwise).
       {"bitwise_and",
        {Promotion::kBitwise, Shape::kBinary, VecOp::kLogicalAnd}},
       {"bitwise_or", {Promotion::kBitwise, Shape::kBinary, VecOp::kLogicalOr}},
@@ -284,6 +284,27 @@ std::optional<VecOp> bool_logic(VecOp op) {
   }
 }
 
+// The bit-pattern form of a bitwise family's bool op, for integer tensors.
+VecOp integer_bitwise(VecOp op) {
+  switch (op) {
+    case VecOp::kLogicalAnd:
+      return VecOp::kBitAnd;
+    case VecOp::kLogicalOr:
+      return VecOp::kBitOr;
+    case VecOp::kNe:
+      return VecOp::kBitXor;
+    default:
+      return VecOp::kBitNot;
+  }
+}
+
+// The op a family runs for operands of `common`.
+VecOp family_op(const Family& family, at::ScalarType common) {
+  const bool bit_patterns =
+      family.promotion == Promotion::kBitwise && common != at::kBool;
+  return bit_patterns ? integer_bitwise(family.op) : family.op;
+}
+
 // Whether the device runs the call in `common` (else the CPU fallback).
 bool device_computes(const Family& family, const Call& call,
                      at::ScalarType common) {
@@ -294,8 +315,9 @@ bool device_computes(const Family& family, const Call& call,
   if (arithmetic && common == at::kBool && !bool_logic(family.op)) {
     return false;
   }
-  if (family.promotion == Promotion::kBitwise && common != at::kBool) {
-    return false;
+  if (family.promotion == Promotion::kBitwise &&
+      !at::isIntegralType(common, /*includeBool=*/true)) {
+    return false;  // the CPU raises PyTorch's error for floating operands
   }
   if (family.floating_only && !at::isFloatingType(common)) return false;
   // Integer powers with a negative scalar exponent raise on the CPU.
@@ -312,9 +334,10 @@ void build_steps(const Family& family, const Call& call, Operands& ops) {
     v.push_back(input.defined() ? ops.add(input) : Operands::Value{-2, 0});
   }
   const rt::DType dtype = compute_dtype(ops.common);
+  const VecOp op = family_op(family, ops.common);
   switch (family.shape) {
     case Shape::kUnary:
-      ops.push(kernels::unary_step(family.op, ops.materialized(v[0]), dtype));
+      ops.push(kernels::unary_step(op, ops.materialized(v[0]), dtype));
       return;
     case Shape::kGelu:
       TORCH_CHECK_VALUE(
@@ -329,7 +352,7 @@ void build_steps(const Family& family, const Call& call, Operands& ops) {
         ops.binary(*bool_logic(family.op), v[0], v[1], rt::DType::kBool);
         return;
       }
-      ops.binary(family.op, v[0], v[1],
+      ops.binary(op, v[0], v[1],
                  ops.result == at::kBool ? rt::DType::kBool : dtype);
       return;
     case Shape::kClampMin:
@@ -391,7 +414,7 @@ void elementwise_kernel(const c10::OperatorHandle& handle,
   Operands ops;
   ops.common = common;
   if (family->promotion == Promotion::kCompare ||
-      family->promotion == Promotion::kBitwise ||
+      (family->promotion == Promotion::kBitwise && common == at::kBool) ||
       family->shape == Shape::kTest) {
     ops.result = at::kBool;
   }

@@ -16,7 +16,9 @@
 #include <ATen/ops/argmax_ops.h>
 #include <ATen/ops/argmin_ops.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/max_ops.h>
 #include <ATen/ops/mean_ops.h>
+#include <ATen/ops/min_ops.h>
 #include <ATen/ops/prod_ops.h>
 #include <ATen/ops/std_ops.h>
 #include <ATen/ops/sum_ops.h>
@@ -25,6 +27,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "device_state.h"
 #include "ops/launch.h"
@@ -38,6 +41,17 @@ using kernels::ReduceOp;
 
 bool floating(at::ScalarType t) {
   return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat;
+}
+
+// Integer data reduces in int64 on the device (exact, wrapping as int64
+// tensors do): sums, extremes and their indices of token ids and masks.
+bool integer(at::ScalarType t) {
+  return t == at::kLong || t == at::kInt || t == at::kChar || t == at::kByte ||
+         t == at::kShort;
+}
+
+bool reducible(at::ScalarType t) {
+  return (floating(t) || integer(t)) && has_device_dtype(t);
 }
 
 // Reduced dims, sorted, without repeats; none named means all.
@@ -124,8 +138,10 @@ at::Tensor reduce_dims(at::Tensor x, std::vector<int64_t> dims, ReduceOp op,
   std::sort(dims.rbegin(), dims.rend());  // highest first: indices stay valid
   for (size_t i = 0; i < dims.size(); ++i) {
     const bool last = i + 1 == dims.size();
+    const bool exact =
+        kernels::is_arg_reduction(op) || integer(x.scalar_type());
     const at::ScalarType step_dtype =
-        last ? dtype : (kernels::is_arg_reduction(op) ? at::kLong : at::kFloat);
+        last ? dtype : (exact ? at::kLong : at::kFloat);
     x = reduce_one(x, dims[i], op, step_dtype, last ? scale : 1);
   }
   return x;
@@ -174,7 +190,9 @@ at::Tensor reduce(const at::Tensor& self, at::OptionalIntArrayRef dim,
       // Only size-1 dims reduced: each result is its one element.
       result = kernels::is_arg_reduction(op)
                    ? at::empty(shape, options).zero_()
-                   : squeezed.mul(factor).to(dtype).reshape(shape);
+                   : (mean ? squeezed.mul(factor) : squeezed)
+                         .to(dtype)
+                         .reshape(shape);
     } else {
       result = reduce_dims(squeezed, squeezed_dims, op, dtype, factor)
                    .reshape(shape);
@@ -186,6 +204,13 @@ at::Tensor reduce(const at::Tensor& self, at::OptionalIntArrayRef dim,
 at::ScalarType result_dtype(const at::Tensor& self,
                             std::optional<at::ScalarType> dtype) {
   return dtype.value_or(self.scalar_type());
+}
+
+// sum's result dtype: integers (and bool) sum into int64, as in PyTorch.
+at::ScalarType sum_dtype(const at::Tensor& self,
+                         std::optional<at::ScalarType> dtype) {
+  if (dtype.has_value()) return *dtype;
+  return integer(self.scalar_type()) ? at::kLong : self.scalar_type();
 }
 
 // Counts of true elements (masks summed into lengths) as fp32 sums, exact
@@ -202,13 +227,15 @@ at::Tensor sum_dim_kernel(const at::Tensor& self, at::OptionalIntArrayRef dim,
                   false, "sum")
         .to(at::kLong);
   }
-  if (!floating(self.scalar_type()) || !floating(result_dtype(self, dtype))) {
+  const at::ScalarType result = sum_dtype(self, dtype);
+  const bool exact = integer(self.scalar_type()) && result == at::kLong;
+  const bool floats = floating(self.scalar_type()) && floating(result);
+  if (!(exact || floats) || !reducible(self.scalar_type())) {
     return at::native::call_fallback_fn<
         &cpu_fallback, at::_ops::sum_dim_IntList>::call(self, dim, keepdim,
                                                         dtype);
   }
-  return reduce(self, dim, keepdim, ReduceOp::kSum, result_dtype(self, dtype),
-                false, "sum");
+  return reduce(self, dim, keepdim, ReduceOp::kSum, result, false, "sum");
 }
 
 at::Tensor sum_kernel(const at::Tensor& self,
@@ -277,7 +304,7 @@ at::Tensor prod_kernel(const at::Tensor& self,
 
 at::Tensor amax_kernel(const at::Tensor& self, at::IntArrayRef dim,
                        bool keepdim) {
-  if (!floating(self.scalar_type())) {
+  if (!reducible(self.scalar_type())) {
     return at::native::call_fallback_fn<&cpu_fallback, at::_ops::amax>::call(
         self, dim, keepdim);
   }
@@ -287,7 +314,7 @@ at::Tensor amax_kernel(const at::Tensor& self, at::IntArrayRef dim,
 
 at::Tensor amin_kernel(const at::Tensor& self, at::IntArrayRef dim,
                        bool keepdim) {
-  if (!floating(self.scalar_type())) {
+  if (!reducible(self.scalar_type())) {
     return at::native::call_fallback_fn<&cpu_fallback, at::_ops::amin>::call(
         self, dim, keepdim);
   }
@@ -314,7 +341,7 @@ at::Tensor& amin_out_kernel(const at::Tensor& self, at::IntArrayRef dim,
 template <class Op>
 at::Tensor arg_reduce(const at::Tensor& self, std::optional<int64_t> dim,
                       bool keepdim, ReduceOp op, const char* name) {
-  if (!floating(self.scalar_type())) {
+  if (!reducible(self.scalar_type())) {
     return at::native::call_fallback_fn<&cpu_fallback, Op>::call(self, dim,
                                                                  keepdim);
   }
@@ -395,7 +422,21 @@ at::Tensor std_kernel(const at::Tensor& self, at::OptionalIntArrayRef dim,
   return variance(self, dim, correction, keepdim).sqrt().to(self.scalar_type());
 }
 
+// max() and min() of a whole tensor (no dim): its extreme, as amax/amin.
+template <bool kMax>
+at::Tensor extreme_kernel(const at::Tensor& self) {
+  if (!reducible(self.scalar_type())) {
+    using Op = std::conditional_t<kMax, at::_ops::max, at::_ops::min>;
+    return at::native::call_fallback_fn<&cpu_fallback, Op>::call(self);
+  }
+  return reduce(self, std::nullopt, false,
+                kMax ? ReduceOp::kMax : ReduceOp::kMin, self.scalar_type(),
+                false, kMax ? "max" : "min");
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("max", extreme_kernel<true>);
+  m.impl("min", extreme_kernel<false>);
   m.impl("sum", sum_kernel);
   m.impl("sum.dim_IntList", sum_dim_kernel);
   m.impl("sum.IntList_out", sum_out_kernel);

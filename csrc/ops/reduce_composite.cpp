@@ -1,9 +1,10 @@
 // Reductions written from other device ops (so each runs as a few device
 // launches, never on the CPU): all/any (boolean reductions, which Hugging
-// Face models use to build attention masks) and linalg_vector_norm
-// (sentence-transformers' normalisation). Every step is a device kernel of
-// its own family (comparisons, conversions, amin/amax/sum, sqrt), so these
-// add no program kind of their own.
+// Face models use to build attention masks), linalg_vector_norm
+// (sentence-transformers' normalisation) and isin (generate()'s stop
+// checks). Every step is a device kernel of its own family (comparisons,
+// conversions, amin/amax/sum, sqrt), so these add no program kind of their
+// own.
 #include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
@@ -11,9 +12,13 @@
 #include <ATen/ops/amax.h>
 #include <ATen/ops/amin.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/isin_ops.h>
 #include <ATen/ops/linalg_vector_norm_ops.h>
+#include <ATen/ops/logical_not.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/ne.h>
+#include <ATen/ops/result_type.h>
 #include <ATen/ops/sqrt.h>
 #include <ATen/ops/sum.h>
 #include <torch/library.h>
@@ -163,7 +168,44 @@ at::Tensor vector_norm(const at::Tensor& self, const at::Scalar& ord,
   return vector_norm_out(self, ord, dim, keepdim, dtype, out);
 }
 
+// isin: each element compared with every test element, the matches
+// folded by any (eos-token checks of generate(), a few test elements). A
+// test set too large to compare against in one piece goes to the counted
+// CPU fallback.
+constexpr int64_t kMaxIsinTests = 4096;
+
+at::Tensor& isin_out(const at::Tensor& elements, const at::Tensor& tests,
+                     bool assume_unique, bool invert, at::Tensor& out) {
+  const at::ScalarType common = at::result_type(elements, tests);
+  if (!elements.is_privateuseone() || !has_device_dtype(common) ||
+      tests.numel() > kMaxIsinTests) {
+    return at::native::call_fallback_fn<
+        &cpu_fallback, at::_ops::isin_Tensor_Tensor_out>::call(elements, tests,
+                                                               assume_unique,
+                                                               invert, out);
+  }
+  TORCH_CHECK(out.scalar_type() == at::kBool,
+              "isin: expected out of dtype Bool, got ", out.scalar_type());
+  at::native::resize_output(out, elements.sizes());
+  if (elements.numel() == 0) return out;
+  if (tests.numel() == 0) return out.fill_(invert);
+  const at::Tensor flat_tests = tests.to(elements.device()).reshape({-1});
+  const at::Tensor matches = at::eq(elements.unsqueeze(-1), flat_tests);
+  const at::Tensor found = all_or_any(matches, at::IntArrayRef(-1), false,
+                                      /*all=*/false);
+  out.copy_(invert ? at::logical_not(found) : found);
+  return out;
+}
+
+at::Tensor isin(const at::Tensor& elements, const at::Tensor& tests,
+                bool assume_unique, bool invert) {
+  at::Tensor out = at::empty({0}, elements.options().dtype(at::kBool));
+  return isin_out(elements, tests, assume_unique, invert, out);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("isin.Tensor_Tensor", isin);
+  m.impl("isin.Tensor_Tensor_out", isin_out);
   m.impl("all", full_kernel<true>);
   m.impl("all.dim", dim_kernel<true>);
   m.impl("all.dims", dims_kernel<true>);

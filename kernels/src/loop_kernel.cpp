@@ -35,7 +35,7 @@ constexpr std::array<std::pair<LoopOpKind, std::string_view>, 8> kKindNames{{
 }};
 
 // The VecOp names of the description (as torch_spyre._C.VecOp spells them).
-constexpr std::array<std::pair<rt::VecOp, std::string_view>, 38> kVecOpNames{{
+constexpr std::array<std::pair<rt::VecOp, std::string_view>, 42> kVecOpNames{{
     {rt::VecOp::kCopy, "copy"},
     {rt::VecOp::kNeg, "neg"},
     {rt::VecOp::kAbs, "abs"},
@@ -55,6 +55,7 @@ constexpr std::array<std::pair<rt::VecOp, std::string_view>, 38> kVecOpNames{{
     {rt::VecOp::kCos, "cos"},
     {rt::VecOp::kLogicalNot, "logical_not"},
     {rt::VecOp::kFloor, "floor"},
+    {rt::VecOp::kBitNot, "bitwise_not"},
     {rt::VecOp::kAdd, "add"},
     {rt::VecOp::kSub, "sub"},
     {rt::VecOp::kMul, "mul"},
@@ -71,6 +72,9 @@ constexpr std::array<std::pair<rt::VecOp, std::string_view>, 38> kVecOpNames{{
     {rt::VecOp::kLogicalAnd, "logical_and"},
     {rt::VecOp::kLogicalOr, "logical_or"},
     {rt::VecOp::kRemainder, "remainder"},
+    {rt::VecOp::kBitAnd, "bitwise_and"},
+    {rt::VecOp::kBitOr, "bitwise_or"},
+    {rt::VecOp::kBitXor, "bitwise_xor"},
     {rt::VecOp::kSelect, "select"},
     {rt::VecOp::kFill, "fill"},
     {rt::VecOp::kIota, "iota"},
@@ -162,12 +166,6 @@ uint32_t ring_cores(const LoopKernel& k, uint32_t num_cores) {
       std::min<int64_t>(num_cores, k.nodes[0].reduced_outer[0]));
 }
 
-uint64_t instruction_count(const rt::Program& p) {
-  uint64_t n = 0;
-  for (const auto& core : p.cores) n += core.instructions.size();
-  return n;
-}
-
 ProgramBuilder program_for(const LoopKernel& k, const Target& target) {
   ProgramBuilder program(k.name, target.chip.num_cores,
                          target.chip.scratchpad_bytes);
@@ -212,7 +210,7 @@ LoopKernelProgram build_ring_reduction(const LoopKernel& k,
   LoopKernelProgram result{std::move(program).finish(), {}};
   rt::validate(result.program, target.limits());
   result.summary = {
-      ncores, ncores, 1, peak, false, instruction_count(result.program), true};
+      ncores, ncores, 1, peak, false, result.program.instruction_count(), true};
   return result;
 }
 
@@ -397,7 +395,7 @@ LoopKernelProgram build_loop_kernel(const LoopKernel& k,
                     rc,
                     region,
                     double_buffer,
-                    instruction_count(result.program),
+                    result.program.instruction_count(),
                     false};
   return result;
 }

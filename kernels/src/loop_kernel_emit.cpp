@@ -22,6 +22,9 @@ bool commutative(rt::VecOp op) {
     case rt::VecOp::kNe:
     case rt::VecOp::kLogicalAnd:
     case rt::VecOp::kLogicalOr:
+    case rt::VecOp::kBitAnd:
+    case rt::VecOp::kBitOr:
+    case rt::VecOp::kBitXor:
       return true;
     default:
       return false;

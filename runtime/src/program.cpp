@@ -2,6 +2,7 @@
 #include "spyre/runtime/program.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -190,6 +191,11 @@ int vec_op_arity(VecOp op) {
 
 bool vec_op_is_compare(VecOp op) {
   return op >= VecOp::kEq && op <= VecOp::kGe;
+}
+
+bool vec_op_is_bitwise(VecOp op) {
+  return op == VecOp::kBitNot || op == VecOp::kBitAnd || op == VecOp::kBitOr ||
+         op == VecOp::kBitXor;
 }
 
 std::vector<DeviceExtent> device_extents(const Instruction& inst) {
@@ -415,6 +421,15 @@ class Validator {
     if (vec_op_is_compare(i.op)) {
       require(i.dst.dtype == DType::kBool, "dst.dtype ",
               dtype_name(i.dst.dtype), " must be bool for a comparison");
+    }
+    if (vec_op_is_bitwise(i.op)) {
+      const int arity = vec_op_arity(i.op);
+      const bool floating =
+          is_floating(i.dst.dtype) || is_floating(i.src0.dtype) ||
+          (arity == 2 && !i.src1_is_imm && is_floating(i.src1.dtype));
+      require(!floating, "a bitwise op takes integer or bool tiles only");
+      require(!(arity == 2 && i.src1_is_imm && std::trunc(i.imm) != i.imm),
+              "a bitwise op's immediate must be an integer");
     }
   }
   void check_fields(const Reduce& i) const {

@@ -32,17 +32,21 @@ TEST(ProgramNames, EveryInstructionTypeHasItsName) {
 
 TEST(ProgramNames, VecOpArityAndCompare) {
   int counts[4] = {0, 0, 0, 0};
-  int compares = 0;
+  int compares = 0, bitwise = 0;
   for (int i = 0; i < kNumVecOps; ++i) {
     auto op = static_cast<VecOp>(i);
     ++counts[vec_op_arity(op)];
     compares += vec_op_is_compare(op) ? 1 : 0;
+    bitwise += vec_op_is_bitwise(op) ? 1 : 0;
   }
   EXPECT_EQ(counts[0], 2);   // fill, iota
-  EXPECT_EQ(counts[1], 19);  // copy .. floor
-  EXPECT_EQ(counts[2], 16);  // add .. remainder
+  EXPECT_EQ(counts[1], 20);  // copy .. bit_not
+  EXPECT_EQ(counts[2], 19);  // add .. bit_xor
   EXPECT_EQ(counts[3], 1);   // select
   EXPECT_EQ(compares, 6);
+  EXPECT_EQ(bitwise, 4);
+  EXPECT_EQ(vec_op_arity(VecOp::kBitNot), 1);
+  EXPECT_EQ(vec_op_arity(VecOp::kBitXor), 2);
   EXPECT_EQ(vec_op_arity(VecOp::kFloor), 1);
   EXPECT_EQ(vec_op_arity(VecOp::kAdd), 2);
   EXPECT_EQ(vec_op_arity(VecOp::kRemainder), 2);
@@ -296,6 +300,9 @@ std::vector<Violation> violations() {
       {"compare into float",
        [](Program& p) { inst<Vector>(p, 0, 5).dst.dtype = DType::kFloat32; },
        "dst.dtype float32 must be bool for a comparison"},
+      {"bitwise op on floats",
+       [](Program& p) { inst<Vector>(p, 0, 4).op = VecOp::kBitAnd; },
+       "a bitwise op takes integer or bool tiles only"},
       {"invalid vec op",
        [](Program& p) { inst<Vector>(p, 0, 4).op = static_cast<VecOp>(77); },
        "op 77 is not a valid VecOp"},

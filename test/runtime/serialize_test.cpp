@@ -112,9 +112,10 @@ TEST(Deserialize, RejectsWrongMagicVersionAndChecksum) {
   reseal(magic);
   expect_rejected(magic, "bad magic");
   auto version = good;
-  version[8] = 2;
+  version[8] = static_cast<uint8_t>(kProgramFormatVersion + 1);
   reseal(version);
-  expect_rejected(version, "unsupported format version 2");
+  expect_rejected(version, "unsupported format version " +
+                               std::to_string(kProgramFormatVersion + 1));
   auto checksum = good;
   // Indexed, not back(): GCC 12 at -O3 misreads back() on a copy as an
   // out-of-bounds write (-Wstringop-overflow).

@@ -212,12 +212,13 @@ int64_t floor_div_ref(int64_t a, int64_t b) {
 }
 
 TEST(VectorInt, ArithmeticComparesAndPythonSignSemantics) {
-  const VecOp ops[] = {VecOp::kCopy, VecOp::kNeg,       VecOp::kAbs,
-                       VecOp::kRelu, VecOp::kFloor,     VecOp::kLogicalNot,
-                       VecOp::kAdd,  VecOp::kSub,       VecOp::kMul,
-                       VecOp::kDiv,  VecOp::kMax,       VecOp::kMin,
-                       VecOp::kPow,  VecOp::kEq,        VecOp::kLt,
-                       VecOp::kGe,   VecOp::kRemainder, VecOp::kLogicalOr};
+  const VecOp ops[] = {
+      VecOp::kCopy,      VecOp::kNeg,        VecOp::kAbs,    VecOp::kRelu,
+      VecOp::kFloor,     VecOp::kLogicalNot, VecOp::kAdd,    VecOp::kSub,
+      VecOp::kMul,       VecOp::kDiv,        VecOp::kMax,    VecOp::kMin,
+      VecOp::kPow,       VecOp::kEq,         VecOp::kLt,     VecOp::kGe,
+      VecOp::kRemainder, VecOp::kLogicalOr,  VecOp::kBitAnd, VecOp::kBitOr,
+      VecOp::kBitXor,    VecOp::kBitNot};
   for (DType dt : {DType::kInt32, DType::kInt64, DType::kInt8}) {
     for (VecOp op : ops) {
       SCOPED_TRACE(static_cast<int>(op));
@@ -253,6 +254,18 @@ TEST(VectorInt, ArithmeticComparesAndPythonSignSemantics) {
               break;
             case VecOp::kPow:
               want = static_cast<int64_t>(std::pow(a, b));
+              break;
+            case VecOp::kBitAnd:
+              want = a & b;
+              break;
+            case VecOp::kBitOr:
+              want = a | b;
+              break;
+            case VecOp::kBitXor:
+              want = a ^ b;
+              break;
+            case VecOp::kBitNot:
+              want = ~a;
               break;
             default:
               want = static_cast<int64_t>(ref_float(op, a, b));

@@ -140,6 +140,7 @@ enum class VecOp : uint8_t {
   kCos,
   kLogicalNot,
   kFloor,
+  kBitNot,  // integer domain: ~x
   // binary: dst = f(src0, src1), src1 may be the immediate
   kAdd,
   kSub,
@@ -157,6 +158,10 @@ enum class VecOp : uint8_t {
   kLogicalAnd,
   kLogicalOr,
   kRemainder,
+  // integer domain: bit patterns (PyTorch's bitwise ops on integer tensors)
+  kBitAnd,
+  kBitOr,
+  kBitXor,
   // ternary: dst = src0 ? src1 : src2
   kSelect,
   // nullary: kFill dst = imm; kIota dst[r, c] = imm + (r * cols + c) * imm2
@@ -166,6 +171,8 @@ enum class VecOp : uint8_t {
 inline constexpr int kNumVecOps = static_cast<int>(VecOp::kIota) + 1;
 int vec_op_arity(VecOp op);  // 0 for fill/iota, 1, 2 or 3
 bool vec_op_is_compare(VecOp op);
+// kBitNot, kBitAnd, kBitOr, kBitXor: integer or bool tiles only.
+bool vec_op_is_bitwise(VecOp op);
 
 // Elementwise work on the vector unit over a rows x cols iteration space.
 // Floating inputs are computed in fp32 and rounded once to dst's dtype;
@@ -255,6 +262,11 @@ struct Program {
   uint32_t num_slots() const {
     return static_cast<uint32_t>(args.size() + constants.size());
   }
+  uint64_t instruction_count() const {
+    uint64_t n = 0;
+    for (const CoreProgram& core : cores) n += core.instructions.size();
+    return n;
+  }
 };
 
 // Limits a program is validated against: DeviceProperties::limits() of the
@@ -271,7 +283,7 @@ struct ProgramLimits {
 void validate(const Program& program, const ProgramLimits& limits);
 
 // Versioned binary format ("SPYREPRG", version, little-endian fields).
-inline constexpr uint32_t kProgramFormatVersion = 1;
+inline constexpr uint32_t kProgramFormatVersion = 2;  // 2: bitwise VecOps
 std::vector<uint8_t> serialize(const Program& program);
 // Parses and validates; any malformed input raises kMalformedProgram.
 Program deserialize(std::span<const uint8_t> bytes,

@@ -1,0 +1,52 @@
+"""transformers' generate() on spyre: a tiny seeded Llama (grouped-query
+attention, rotary embeddings, the default dynamic KV cache), greedy, with
+prompts of different lengths left-padded in one batch; the tokens must be
+the CPU's exactly, with no CPU fallback (strict mode: a fallback raises)."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+PAD = 0
+
+
+def tiny_llama():
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=128,
+                         pad_token_id=PAD, eos_token_id=2, bos_token_id=1)
+    return LlamaForCausalLM(config).eval()
+
+
+def left_padded(lengths, width):
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.full((len(lengths), width), PAD)
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, width - n:] = torch.randint(3, 256, (n,), generator=gen)
+        mask[row, width - n:] = 1
+    return ids, mask
+
+
+@pytest.mark.parametrize("lengths", [[7], [7, 4], [9, 3, 6, 1]], ids=str)
+def test_greedy_generate_matches_cpu(lengths):
+    model = tiny_llama()
+    ids, mask = left_padded(lengths, max(lengths))
+    with torch.no_grad():
+        want = model.generate(ids, attention_mask=mask, max_new_tokens=8,
+                              do_sample=False)
+        on_spyre = tiny_llama().to("spyre")
+        torch.spyre.reset_fallback_stats()
+        torch.spyre.set_strict(True)
+        try:
+            got = on_spyre.generate(ids.to("spyre"), attention_mask=mask.to("spyre"),
+                                    max_new_tokens=8, do_sample=False)
+        finally:
+            torch.spyre.set_strict(False)
+    assert torch.equal(got.cpu(), want)
+    assert torch.spyre.fallback_stats() == {}
