@@ -85,3 +85,13 @@ def test_matmul_with_a_k_far_beyond_the_scratchpad_is_tiled():
     out, kinds = compile_run(lambda x, y: x @ y, a, b)
     assert kinds == ["matmul"]
     torch.testing.assert_close(out.cpu().float(), a.float() @ b.float(), atol=1e-2, rtol=1e-2)
+
+
+def test_cache_key_follows_the_native_library(monkeypatch):
+    # A compiled module embeds programs the C++ builders made, serialised in
+    # the runtime's format: a rebuilt library must not reuse it from
+    # Inductor's cache (it failed to load after a format change).
+    from torch_spyre._inductor import decompositions
+    before = decompositions.SpyrePostGradPass().uuid()
+    monkeypatch.setattr(decompositions, "_native_library_digest", lambda: b"rebuilt")
+    assert decompositions.SpyrePostGradPass().uuid() != before

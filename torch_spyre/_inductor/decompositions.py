@@ -15,6 +15,7 @@ touched.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import pathlib
@@ -220,6 +221,19 @@ def apply_spyre_rewrites(gm: torch.fx.GraphModule) -> None:
         gm.recompile()
 
 
+@functools.cache
+def _native_library_digest() -> bytes:
+    """The built kernel library and runtime: a compiled module embeds
+    programs their builders made, serialised in the runtime's format, so a
+    rebuilt library must not reuse modules compiled by the old one."""
+    lib = pathlib.Path(__file__).resolve().parent.parent / "lib"
+    digest = hashlib.sha256()
+    for name in ("libspyre_kernels.so", "libspyre_runtime.so"):
+        path = lib / name
+        digest.update(path.read_bytes() if path.exists() else name.encode())
+    return digest.digest()
+
+
 class SpyrePostGradPass(CustomGraphModulePass):
     def __call__(self, gm: torch.fx.GraphModule) -> None:
         apply_spyre_rewrites(gm)
@@ -227,11 +241,13 @@ class SpyrePostGradPass(CustomGraphModulePass):
     def uuid(self):
         # Inductor's cache key: the text of the whole spyre compiler (this
         # pass, the lowering, the wrapper), so a changed lowering never
-        # reuses a module compiled by the old one
-        # and the lowering switches (config.py), which change the programs
+        # reuses a module compiled by the old one, the lowering switches
+        # (config.py), which change the programs, and the native library
+        # that builds and serialises them
         from . import config
         digest = hashlib.sha256()
         for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
             digest.update(path.read_bytes())
         digest.update(repr(config.snapshot()).encode())
+        digest.update(_native_library_digest())
         return digest.hexdigest()
