@@ -10,7 +10,9 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <iterator>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "kernels.h"
@@ -68,17 +70,63 @@ bool c_is_direct(const TileRef& c, uint32_t n, std::span<uint8_t> spad) {
          !spad.empty();
 }
 
+// An operand as sgemm reads it: fp32 data with unit stride along its rows
+// or its columns is read where it lies in the scratchpad; other data is
+// converted into `buffer` first.
+struct SgemmOperand {
+  const float* data;
+  CBLAS_TRANSPOSE trans;
+  int ld;
+};
+
+// The bytes a rows x cols view spans (its corner elements bound it).
+std::pair<const uint8_t*, const uint8_t*> span_of(const TileRef& t,
+                                                  uint32_t rows,
+                                                  uint32_t cols) {
+  const uint8_t* corners[] = {t.at(0, 0), t.at(rows - 1, 0), t.at(0, cols - 1),
+                              t.at(rows - 1, cols - 1)};
+  const auto [lo, hi] =
+      std::minmax_element(std::begin(corners), std::end(corners));
+  return {*lo, *hi + rt::element_size(t.dtype)};
+}
+
+// `written`: the bytes the product's result goes to; an operand that
+// shares any of them is read from a copy.
+SgemmOperand sgemm_operand(const TileRef& t, uint32_t rows, uint32_t cols,
+                           std::vector<float>& buffer,
+                           std::pair<const uint8_t*, const uint8_t*> written) {
+  const auto [lo, hi] = span_of(t, rows, cols);
+  const bool apart = hi <= written.first || written.second <= lo;
+  const bool fp32 = apart && t.dtype == rt::DType::kFloat32 &&
+                    reinterpret_cast<uintptr_t>(t.base) % alignof(float) == 0;
+  if (fp32 && t.contiguous_rows() && t.row_stride % 4 == 0 &&
+      t.row_stride >= static_cast<int64_t>(cols) * 4) {
+    return {reinterpret_cast<const float*>(t.base), CblasNoTrans,
+            static_cast<int>(t.row_stride / 4)};
+  }
+  if (fp32 && column_contiguous(t) && t.col_stride % 4 == 0 &&
+      t.col_stride >= static_cast<int64_t>(rows) * 4) {
+    return {reinterpret_cast<const float*>(t.base), CblasTrans,
+            static_cast<int>(t.col_stride / 4)};
+  }
+  float* converted = scratch(buffer, static_cast<size_t>(rows) * cols);
+  const CBLAS_TRANSPOSE trans = load_operand(t, rows, cols, converted);
+  return {converted, trans,
+          static_cast<int>(trans == CblasTrans ? rows : cols)};
+}
+
 void matmul_float(const rt::MatMul& mm, const TileRef& a, const TileRef& b,
                   const TileRef& c, std::span<uint8_t> spad) {
   use_single_threaded_blas();
   thread_local std::vector<float> a_buf, b_buf, c_buf;
   const uint32_t m = mm.m, n = mm.n, k = mm.k;
-  float* a32 = scratch(a_buf, static_cast<size_t>(m) * k);
-  float* b32 = scratch(b_buf, static_cast<size_t>(k) * n);
-  CBLAS_TRANSPOSE ta = load_operand(a, m, k, a32);
-  CBLAS_TRANSPOSE tb = load_operand(b, k, n, b32);
-  int lda = ta == CblasTrans ? m : k;
-  int ldb = tb == CblasTrans ? k : n;
+  const auto written = span_of(c, m, n);
+  const SgemmOperand a_op = sgemm_operand(a, m, k, a_buf, written);
+  const SgemmOperand b_op = sgemm_operand(b, k, n, b_buf, written);
+  const float* a32 = a_op.data;
+  const float* b32 = b_op.data;
+  const CBLAS_TRANSPOSE ta = a_op.trans, tb = b_op.trans;
+  const int lda = a_op.ld, ldb = b_op.ld;
   if (c_is_direct(c, n, spad)) {
     float* c32 = reinterpret_cast<float*>(c.base);
     cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a32, lda, b32, ldb,
