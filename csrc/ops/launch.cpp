@@ -154,6 +154,11 @@ void launch_elementwise(std::string_view name, c10::ArrayRef<at::Tensor> inputs,
   const std::vector<int64_t> out_strides = it.strides(out, out.dim(), true);
   auto out_operand =
       stick_operand(out, sizes, out_strides, out.storage_offset());
+  // An output is written in whole runs of sticks (kSticks) only.
+  if (out_operand &&
+      out_operand->cols != kernels::StickOperand::Cols::kSticks) {
+    out_operand.reset();
+  }
   if (!out_operand) {
     at::Tensor fresh = empty_like_default(out);
     launch_elementwise(name, inputs, fresh, steps);

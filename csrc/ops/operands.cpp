@@ -198,10 +198,27 @@ std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
     // cols broadcast: the element of each row is placed by the rows dim
   } else if (cols_stride == 0) {
     op.cols = kernels::StickOperand::Cols::kBroadcast;
-  } else {
-    if (cols_stride != 1 || static_cast<int64_t>(host.size()) - 1 != stick_dim)
-      return std::nullopt;
+  } else if (cols_stride == 1) {
+    if (static_cast<int64_t>(host.size()) - 1 != stick_dim) return std::nullopt;
     reach[stick_dim] += cols - 1;
+  } else {
+    // A column (ids[:, -1]): each element in a stick of its own, read where
+    // it lies by the vector unit (kAcrossSticks).
+    if (cols_stride < 0) return std::nullopt;
+    size_t j = 0;
+    while (j < host.size() && cols_stride % host_strides[j] != 0) ++j;
+    if (j == host.size()) return std::nullopt;
+    const int64_t steps = cols_stride / host_strides[j];
+    const int64_t per_stick = op.elements_per_stick();
+    if (static_cast<int64_t>(j) == stick_dim) {
+      if (steps % per_stick != 0) return std::nullopt;
+      op.stick_stride = steps / per_stick * stick_stride;
+    } else {
+      op.stick_stride = steps * coeff[j];
+    }
+    if (op.stick_stride <= 0) return std::nullopt;
+    reach[j] += steps * (cols - 1);
+    op.cols = kernels::StickOperand::Cols::kAcrossSticks;
   }
   int64_t bytes = 0;
   for (size_t j = 0; j < host.size(); ++j) {

@@ -31,7 +31,9 @@ rt::DType device_dtype(at::ScalarType type);  // raises when there is none
 // (sizes, strides, offset) (elements, as PyTorch's as_strided): the last dim
 // becomes the kernel's cols dim, the others its outer dims. nullopt when the
 // storage's layout cannot serve that view with stick transfers (e.g. the
-// cols dim does not run along the sticks); materialize() such views.
+// cols dim steps inside a stick by more than one element); materialize()
+// such views. A cols dim that steps whole sticks (a column x[:, j]) is
+// served element by element (kAcrossSticks), for inputs only.
 std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
                                                    at::IntArrayRef sizes,
                                                    at::IntArrayRef strides,

@@ -58,6 +58,9 @@ bool is_invariant(const StickOperand& op) {
 // operand's sticks are not aligned with the output's.
 uint32_t operand_pitch(const StickOperand& op, const StickOperand& output,
                        int64_t width) {
+  if (op.cols == Cols::kAcrossSticks) {
+    return static_cast<uint32_t>(width * rt::kStickBytes);  // a stick a col
+  }
   if (op.cols != Cols::kSticks) return rt::kStickBytes;
   const int64_t per_stick = op.elements_per_stick();
   const int64_t out_per_stick = output.elements_per_stick();
@@ -120,6 +123,18 @@ Placed place(const StickOperand& op, uint32_t slot, const Space& s, size_t ndim,
                       op.dtype, static_cast<int32_t>(esize), 0};
     return p;
   }
+  if (op.cols == Cols::kAcrossSticks) {
+    // One stick per column, end to end in the row; the vector unit reads
+    // position `first` of each.
+    x.dram = {slot, static_cast<uint64_t>(base + w.col0 * op.stick_stride)};
+    x.count2 = static_cast<uint32_t>(w.ncols);
+    x.dram_stride2 = op.stick_stride;
+    x.spad_stride2 = rt::kStickBytes;
+    p.tile = rt::Tile{spad + op.first * esize, op.dtype,
+                      nrows > 1 ? static_cast<int32_t>(pitch) : 0,
+                      static_cast<int32_t>(rt::kStickBytes)};
+    return p;
+  }
   if (op.cols == Cols::kBroadcast) {
     x.dram = {slot, static_cast<uint64_t>(base)};
     position = op.first;
@@ -166,6 +181,9 @@ uint64_t slot_extent(const StickOperand& op,
     last += (op.first + shape[shape.size() - 2] - 1) / op.elements_per_stick() *
             op.stick_stride;
   }
+  if (op.cols == Cols::kAcrossSticks) {
+    last += (shape.back() - 1) * op.stick_stride;
+  }
   return static_cast<uint64_t>(last) + rt::kStickBytes;
 }
 
@@ -193,6 +211,12 @@ void check_kernel(const ElementwiseKernel& k) {
                   (k.shape.size() >= 2 && op.strides[k.shape.size() - 2] == 0),
               rt::ErrorCode::kInvalidArgument,
               "elementwise: rows along sticks need a rows dim of stride 0");
+    rt::check(
+        op.cols != Cols::kAcrossSticks ||
+            (op.stick_stride > 0 && op.stick_stride % rt::kStickBytes == 0),
+        rt::ErrorCode::kInvalidArgument,
+        "elementwise: columns across sticks need a positive stride of "
+        "whole sticks");
   }
   check_operand(k.output);
   rt::check(k.output.cols == Cols::kSticks, rt::ErrorCode::kInvalidArgument,

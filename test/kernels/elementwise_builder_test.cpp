@@ -140,6 +140,45 @@ TEST(ElementwiseKernel, OutputViewKeepsItsNeighboursInSharedSticks) {
   }
 }
 
+TEST(ElementwiseKernel, ColumnsAcrossSticksAreReadElementByElement) {
+  // out[i, 0:5] = 2 * x[0:5, 37 + 32 i]: each input element lies in a
+  // stick of its own (a column of x), at position 5.
+  ElementwiseKernel k;
+  k.name = "column";
+  k.shape = {2, kRows};
+  StickOperand column = matrix_operand();
+  column.cols = StickOperand::Cols::kAcrossSticks;
+  column.offset = (37 / kE) * kRows * 128;
+  column.first = 37 % kE;
+  column.stick_stride = 128;       // rows of x are a stick apart
+  column.strides = {kRows * 128};  // the next stick column of x
+  StickOperand out = matrix_operand();
+  k.inputs = {column};
+  k.output = out;
+  k.output_read_modify_write = true;
+  k.steps = {kernels::scalar_step(VecOp::kMul, 0, 2.0, DType::kFloat32)};
+  for (uint32_t cores : {1u, 32u}) {
+    SCOPED_TRACE(cores);
+    k.target = sim_target(cores);
+    const rt::Program program = kernels::build_elementwise(k);
+    auto device = small_device();
+    Buffers buffers(*device, program);
+    const auto xs = random_floats(kRows * kCols, 5);
+    const auto before = random_floats(kRows * kCols, 6);
+    buffers.upload(0, to_device(xs, buffers.bindings[0].bytes));
+    buffers.upload(1, to_device(before, buffers.bindings[1].bytes));
+    run(*device, program, buffers);
+    const auto got = buffers.download<uint8_t>(1);
+    for (int64_t i = 0; i < 2; ++i) {
+      for (int64_t c = 0; c < kRows; ++c) {
+        ASSERT_EQ(read(got, i, c), 2.0f * xs[c * kCols + 37 + 32 * i])
+            << i << "," << c;
+      }
+      ASSERT_EQ(read(got, i, kRows), before[i * kCols + kRows]);  // kept
+    }
+  }
+}
+
 TEST(ElementwiseKernel, RandomDrawsDoNotDependOnTheCoreSplit) {
   std::vector<uint8_t> first;
   for (uint32_t cores : {1u, 5u, 32u}) {

@@ -102,3 +102,33 @@ def test_stride_within_a_stick_goes_through_the_host_counted():
     assert torch.equal(got.cpu(), a[:, ::2].contiguous())
     assert torch.spyre.op_stats()["host_materializations"] >= 1
     no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64, torch.bool], ids=str)
+def test_columns_are_read_on_the_device(dtype):
+    # ids[:, -1:] and mask[:, -1] in generate(); x[:, :, j] of a 3-d tensor;
+    # a column offset into the storage; a column broadcast against a row.
+    a = (torch.randn(6, 37) * 50).to(dtype)
+    x = a.to("spyre")
+    for view, ref in [(x[:, -1:], a[:, -1:]), (x[:, 5], a[:, 5]),
+                      (x[1:4, 33], a[1:4, 33])]:
+        assert torch.equal(view.clone().cpu(), ref.clone())
+    b = (torch.randn(3, 4, 70) * 50).to(dtype)
+    assert torch.equal(b.to("spyre")[:, :, 66].contiguous().cpu(), b[:, :, 66].contiguous())
+    if dtype != torch.bool:
+        got = x[:, 3:4] + x[0]  # [6, 1] + [37] -> [6, 37]
+        assert torch.equal(got.cpu(), a[:, 3:4] + a[0])
+        assert torch.equal((x[:, 2] * 2).cpu(), a[:, 2] * 2)
+    no_host_copies()
+
+
+def test_column_as_out_keeps_the_rest_of_each_stick():
+    # A column written as out=: one element per row, each stick read and
+    # written back around it (read-modify-write), on the device.
+    a = torch.randn(6, 37)
+    x = a.to("spyre")
+    torch.add(x[:, 0], 1, out=x[:, 3])
+    ref = a.clone()
+    torch.add(ref[:, 0], 1, out=ref[:, 3])
+    assert torch.equal(x.cpu(), ref)
+    no_host_copies()

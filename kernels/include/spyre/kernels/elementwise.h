@@ -37,11 +37,15 @@ struct StickOperand {
   //   kRowsAlongSticks: cols broadcast, and the rows dim (the one before
   //                cols, whose stride is then 0) walks the sticks: row r is
   //                at stick (first + r) / E, position (first + r) % E (a
-  //                [rows, 1] tensor against [rows, cols]).
+  //                [rows, 1] tensor against [rows, cols]);
+  //   kAcrossSticks: element c is at position `first` of its own stick,
+  //                `stick_stride` bytes after element c - 1's (a column
+  //                x[:, j] of a matrix; inputs only).
   enum class Cols : uint8_t {
     kSticks,
     kBroadcast,
-    kRowsAlongSticks
+    kRowsAlongSticks,
+    kAcrossSticks
   } cols = Cols::kSticks;
   int64_t stick_stride = rt::kStickBytes;
 
