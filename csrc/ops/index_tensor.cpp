@@ -5,15 +5,25 @@
 // range-checked), and the device's row gather (embedding's) picks the rows.
 // Boolean and byte masks (x[mask]) have a data-dependent result shape, which
 // needs the host to count the mask: they go to the counted CPU fallback.
+// index_copy (the write of a static KV cache) is written the same way.
 #include <ATen/ExpandUtils.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_index_put_impl_ops.h>
 #include <ATen/ops/add.h>
+#include <ATen/ops/any.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/argmax.h>
 #include <ATen/ops/bitwise_or.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/eq.h>
 #include <ATen/ops/ge.h>
+#include <ATen/ops/index_copy_ops.h>
 #include <ATen/ops/index_ops.h>
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/lt.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/scalar_tensor.h>
@@ -190,9 +200,118 @@ at::Tensor& index_out_kernel(const at::Tensor& self, const IndexList& list,
   return out;
 }
 
+// index_copy (a static KV cache's update at cache_position): every place i
+// along `dim` takes source's slice k where index[k] == i, else keeps self's.
+// Written as a comparison of the places with the indices, a row gather of
+// source and a select, so it stays on the device; it reads and writes all of
+// self, where a scatter of the n slices would move only those. An index
+// outside the dim makes the gather raise a device error (one extra, out of
+// range, row is gathered then), never a silently dropped slice.
+bool index_copyable(const at::Tensor& self, int64_t dim,
+                    const at::Tensor& index, const at::Tensor& source) {
+  return has_device_dtype(self.scalar_type()) &&
+         source.scalar_type() == self.scalar_type() &&
+         index.scalar_type() == at::kLong && index.dim() <= 1 &&
+         source.is_privateuseone() && index.is_privateuseone() &&
+         self.dim() > 0 && dim != self.dim() - 1;
+}
+
+at::Tensor& index_copy_out(const at::Tensor& self, int64_t dim,
+                           const at::Tensor& index, const at::Tensor& source,
+                           at::Tensor& out) {
+  const int64_t d = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  if (!index_copyable(self, d, index, source)) {
+    return at::native::call_fallback_fn<
+        &cpu_fallback, at::_ops::index_copy_out>::call(self, dim, index, source,
+                                                       out);
+  }
+  const int64_t n = index.numel();
+  TORCH_CHECK_INDEX(source.dim() == self.dim() && source.size(d) == n,
+                    "index_copy_(): source must have ", n, " slices along dim ",
+                    d, " (one per index), got shape ", source.sizes());
+  at::native::resize_output(out, self.sizes());
+  if (n == 0 || self.numel() == 0) {
+    if (!out.is_same(self)) out.copy_(self);
+    return out;
+  }
+  const int64_t places = self.size(d);
+  const at::Tensor flat = index.reshape({1, n});
+  const at::Tensor hits =
+      at::eq(at::arange(places, index.options()).unsqueeze(1), flat);
+  const at::Tensor has = at::any(hits, 1);
+  const at::Tensor beyond =
+      at::any(at::bitwise_or(at::lt(flat, 0), at::ge(flat, places)), 1);
+  // Row k of source for each place, plus a last row that is out of range
+  // (n) when any index is: the gather then raises instead of dropping it.
+  const at::Tensor guard =
+      at::where(beyond, at::scalar_tensor(n, flat.options()),
+                at::scalar_tensor(0, flat.options()));
+  const at::Tensor pick =
+      at::cat({at::argmax(hits.to(at::kLong), 1), guard}, 0);
+  const at::Tensor rows =
+      at::index_select(source, d, pick).narrow(d, 0, places);
+  std::vector<int64_t> mask_shape(self.dim(), 1);
+  mask_shape[d] = places;
+  out.copy_(at::where(has.view(mask_shape), rows, self));
+  return out;
+}
+
+at::Tensor index_copy(const at::Tensor& self, int64_t dim,
+                      const at::Tensor& index, const at::Tensor& source) {
+  at::Tensor out = at::empty_like(self);
+  return index_copy_out(self, dim, index, source, out);
+}
+
+at::Tensor& index_copy_(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                        const at::Tensor& source) {
+  return index_copy_out(self, dim, index, source, self);
+}
+
+// x[..., idx, ...] = values with one integer index tensor (what index_copy_
+// becomes under torch.compile), written as index_copy; x[mask] = value with a
+// mask of x's shape, as a select. Other forms (several index tensors,
+// accumulate=True) take the counted CPU fallback.
+at::Tensor& index_put_impl_(at::Tensor& self, const IndexList& list,
+                            const at::Tensor& values, bool accumulate,
+                            bool unsafe) {
+  std::vector<int64_t> dims;
+  for (size_t k = 0; k < list.size(); ++k) {
+    const std::optional<at::Tensor> index = list[k];
+    if (index.has_value() && index->defined()) {
+      dims.push_back(static_cast<int64_t>(k));
+    }
+  }
+  auto fallback = [&]() -> at::Tensor& {
+    return at::native::call_fallback_fn<
+        &cpu_fallback, at::_ops::_index_put_impl_>::call(self, list, values,
+                                                         accumulate, unsafe);
+  };
+  if (accumulate || dims.size() != 1 || !values.is_privateuseone()) {
+    return fallback();
+  }
+  const int64_t d = dims[0];
+  const at::Tensor index = list[d]->to(self.device());
+  if (index.scalar_type() == at::kBool && index.sizes() == self.sizes() &&
+      values.numel() == 1 && has_device_dtype(self.scalar_type())) {
+    self.copy_(
+        at::where(index, values.reshape({}).to(self.scalar_type()), self));
+    return self;
+  }
+  if (index.scalar_type() != at::kLong || index.dim() != 1) return fallback();
+  std::vector<int64_t> slices = self.sizes().vec();
+  slices[d] = index.numel();
+  const at::Tensor source = values.to(self.scalar_type()).expand(slices);
+  if (!index_copyable(self, d, index, source)) return fallback();
+  return index_copy_out(self, d, index, source.contiguous(), self);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_index_put_impl_", index_put_impl_);
   m.impl("index.Tensor", index_kernel);
   m.impl("index.Tensor_out", index_out_kernel);
+  m.impl("index_copy", index_copy);
+  m.impl("index_copy.out", index_copy_out);
+  m.impl("index_copy_", index_copy_);
 }
 
 }  // namespace

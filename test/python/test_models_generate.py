@@ -50,3 +50,32 @@ def test_greedy_generate_matches_cpu(lengths):
             torch.spyre.set_strict(False)
     assert torch.equal(got.cpu(), want)
     assert torch.spyre.fallback_stats() == {}
+
+
+def test_compiled_decode_with_a_static_cache_matches_cpu():
+    # torch.compile of the model, as transformers recommends it: a static KV
+    # cache (written by index_copy_, an extern call of the device kernel),
+    # a prompt, then greedy decode steps; tokens equal to the CPU's.
+    from transformers import StaticCache
+
+    def greedy(model, ids, steps):
+        cache = StaticCache(config=model.config, max_cache_len=32)
+        tokens = []
+        position = torch.arange(ids.shape[1], device=ids.device)
+        with torch.no_grad():
+            for _ in range(steps):
+                logits = model(ids, past_key_values=cache, use_cache=True,
+                               cache_position=position).logits
+                ids = logits[:, -1:].argmax(-1)
+                tokens.append(ids.cpu())
+                position = position[-1:] + 1
+        return torch.cat(tokens, 1)
+
+    ids, _ = left_padded([6], 6)
+    want = greedy(tiny_llama(), ids, 4)
+    torch._dynamo.reset()
+    torch.spyre.reset_fallback_stats()
+    compiled = torch.compile(tiny_llama().to("spyre"))
+    got = greedy(compiled, ids.to("spyre"), 4)
+    assert torch.equal(got, want)
+    assert torch.spyre.fallback_stats() == {}

@@ -132,3 +132,69 @@ def test_boolean_mask_is_a_counted_fallback():
     got = a.to("spyre")[mask.to("spyre")]
     assert torch.equal(got.cpu(), a[mask])
     assert sum(torch.spyre.fallback_stats().values()) >= 1
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64], ids=str)
+def test_index_copy_matches_cpu(dtype):
+    # A static KV cache [batch, heads, max_len, head_dim] written at
+    # cache_position: one decode position, then a prompt's run of them.
+    cache = _table((2, 3, 16, 40), dtype)
+    for positions in [[5], [0, 1, 2, 3], [15, 2, 9]]:
+        index = torch.tensor(positions)
+        source = _table((2, 3, len(positions), 40), dtype)
+        want = cache.index_copy(2, index, source)
+        got = cache.to("spyre").index_copy(2, index.to("spyre"), source.to("spyre"))
+        assert torch.equal(got.cpu(), want), positions
+        inplace = cache.to("spyre")
+        inplace.index_copy_(2, index.to("spyre"), source.to("spyre"))
+        assert torch.equal(inplace.cpu(), want)
+    no_fallbacks()
+
+
+def test_index_copy_into_a_view_and_out_of_range():
+    base = torch.zeros(4, 10, 40)
+    view = base.to("spyre")[1:3]  # storage offset
+    source = torch.randn(2, 1, 40)
+    view.index_copy_(1, torch.tensor([7]).to("spyre"), source.to("spyre"))
+    want = base.clone()
+    want[1:3].index_copy_(1, torch.tensor([7]), source)
+    assert torch.equal(view.cpu(), want[1:3])
+    no_fallbacks()
+    cache = torch.zeros(2, 10, 40).to("spyre")
+    with pytest.raises(RuntimeError, match="outside the table"):
+        cache.index_copy_(1, torch.tensor([10]).to("spyre"),
+                          torch.ones(2, 1, 40).to("spyre"))
+        cache.cpu()
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_index_put_matches_cpu(dtype):
+    # x[:, :, idx] = v (a static cache's write once compiled), x[mask] = s,
+    # and a values broadcast along the kept dims.
+    a = _table((2, 3, 12, 40), dtype)
+    idx = torch.tensor([4, 0])
+    v = _table((2, 3, 2, 40), dtype)
+    x = a.to("spyre")
+    x[:, :, idx.to("spyre")] = v.to("spyre")
+    want = a.clone()
+    want[:, :, idx] = v
+    assert torch.equal(x.cpu(), want)
+    y = a.to("spyre")
+    y[:, :, idx.to("spyre")] = _table((40,), dtype).to("spyre")[0]  # one value
+    mask = a > 0
+    z = a.to("spyre")
+    z[mask.to("spyre")] = torch.tensor(-1.0, dtype=dtype).to("spyre")
+    want = a.clone()
+    want[mask] = -1.0
+    assert torch.equal(z.cpu(), want)
+    no_fallbacks()
+
+
+def test_index_put_forms_left_to_the_cpu_are_counted_and_exact():
+    a = torch.randn(5, 40)
+    x = a.to("spyre")
+    idx = torch.tensor([1, 1, 3])
+    x.index_put_((idx.to("spyre"),), torch.ones(3, 40).to("spyre"), accumulate=True)
+    want = a.clone().index_put_((idx,), torch.ones(3, 40), accumulate=True)
+    assert torch.equal(x.cpu(), want)
+    assert torch.spyre.fallback_stats().get("aten::_index_put_impl_", 0) >= 1

@@ -92,6 +92,11 @@ EAGER_OPS = {
     aten.scatter_add.default, aten.cat.default, aten.constant_pad_nd.default,
     aten.flip.default, aten.roll.default, aten.slice_scatter.default,
     aten.select_scatter.default, aten.repeat.default,
+    # writes at indexed places: a static KV cache's update (index_copy_ at
+    # cache_position), index_put_ of masks, index_add/index_fill
+    aten.index_copy.default, aten.index_put.default, aten.index_add.default,
+    aten.index_fill.int_Scalar, aten.index_fill.int_Tensor,
+    aten.masked_scatter.default, aten.scatter_reduce.two,
 }
 
 _lock = threading.Lock()
