@@ -179,8 +179,12 @@ def test_index_put_matches_cpu(dtype):
     want = a.clone()
     want[:, :, idx] = v
     assert torch.equal(x.cpu(), want)
+    one = _table((40,), dtype)[0]
     y = a.to("spyre")
-    y[:, :, idx.to("spyre")] = _table((40,), dtype).to("spyre")[0]  # one value
+    y[:, :, idx.to("spyre")] = one.to("spyre")  # one value, broadcast
+    want = a.clone()
+    want[:, :, idx] = one
+    assert torch.equal(y.cpu(), want)
     mask = a > 0
     z = a.to("spyre")
     z[mask.to("spyre")] = torch.tensor(-1.0, dtype=dtype).to("spyre")
