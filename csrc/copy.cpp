@@ -1,5 +1,6 @@
 // Copies between host and device, device and device, and across devices,
 // honouring storage offsets and strides of views on both sides.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
@@ -318,6 +319,12 @@ at::Tensor spyre_copy_from(const at::Tensor& self, const at::Tensor& dst,
   TORCH_CHECK_VALUE(self.is_privateuseone() || dst.is_privateuseone(),
                     "spyre: _copy_from needs a spyre tensor");
   if (dst.is_privateuseone() && self.is_privateuseone()) {
+    // As copy_ on the CPU: dst may not write an element twice, nor read
+    // from a part of itself (x[1:].copy_(x[:-1]) depends on the loop order).
+    if (!self.is_same(dst)) {
+      at::assert_no_internal_overlap(dst);
+      at::assert_no_partial_overlap(dst, self);
+    }
     const CopyRange range("spyre::copy_device_to_device");
     copy_on_device(self, dst, non_blocking);
   } else if (dst.is_privateuseone()) {

@@ -3,6 +3,7 @@
 // elementwise copy, which converts dtypes and writes unaligned slices of
 // sticks by read-modify-write). Shapes and type promotion as in PyTorch:
 // legacy empty 1-D inputs are skipped.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
@@ -77,6 +78,8 @@ at::Tensor cat_kernel(const at::ITensorListRef& list, int64_t dim) {
 
 at::Tensor& cat_out_kernel(const at::ITensorListRef& list, int64_t dim,
                            at::Tensor& out) {
+  at::assert_no_internal_overlap(out);
+  for (const at::Tensor& t : list) at::assert_no_overlap(out, t);
   at::Tensor r = cat_kernel(list, dim);
   at::native::resize_output(out, r.sizes());
   out.copy_(r);

@@ -7,6 +7,7 @@
 // needs the host to count the mask: they go to the counted CPU fallback.
 // index_copy (the write of a static KV cache) is written the same way.
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_index_put_impl_ops.h>
@@ -191,6 +192,7 @@ at::Tensor index_kernel(const at::Tensor& self, const IndexList& list) {
 
 at::Tensor& index_out_kernel(const at::Tensor& self, const IndexList& list,
                              at::Tensor& out) {
+  check_out_apart(out, {self});
   TORCH_CHECK(out.scalar_type() == self.scalar_type(), "index_out: self (",
               self.scalar_type(), ") and result (", out.scalar_type(),
               ") must have the same scalar type");
@@ -226,6 +228,8 @@ at::Tensor& index_copy_out(const at::Tensor& self, int64_t dim,
                                                        out);
   }
   const int64_t n = index.numel();
+  check_out_apart(out, {index, source});
+  if (!out.is_same(self)) at::assert_no_partial_overlap(out, self);
   TORCH_CHECK_INDEX(source.dim() == self.dim() && source.size(d) == n,
                     "index_copy_(): source must have ", n, " slices along dim ",
                     d, " (one per index), got shape ", source.sizes());

@@ -12,6 +12,7 @@
 #include "spyre/kernels/matmul.h"
 
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
@@ -178,6 +179,7 @@ at::Tensor mm_kernel(const at::Tensor& self, const at::Tensor& mat2) {
 
 at::Tensor& mm_out_kernel(const at::Tensor& self, const at::Tensor& mat2,
                           at::Tensor& out) {
+  check_out_apart(out, {self, mat2});
   write_out(mm_kernel(self, mat2), out);
   return out;
 }
@@ -199,6 +201,7 @@ at::Tensor bmm_kernel(const at::Tensor& self, const at::Tensor& mat2) {
 
 at::Tensor& bmm_out_kernel(const at::Tensor& self, const at::Tensor& mat2,
                            at::Tensor& out) {
+  check_out_apart(out, {self, mat2});
   write_out(bmm_kernel(self, mat2), out);
   return out;
 }
@@ -228,6 +231,9 @@ at::Tensor addmm_kernel(const at::Tensor& self, const at::Tensor& mat1,
 at::Tensor& addmm_out_kernel(const at::Tensor& self, const at::Tensor& mat1,
                              const at::Tensor& mat2, const at::Scalar& beta,
                              const at::Scalar& alpha, at::Tensor& out) {
+  // out may be the bias itself (addmm_), not a part of it nor a factor.
+  check_out_apart(out, {mat1, mat2});
+  if (!out.is_same(self)) at::assert_no_partial_overlap(out, self);
   write_out(addmm_kernel(self, mat1, mat2, beta, alpha), out);
   return out;
 }

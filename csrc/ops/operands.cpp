@@ -1,10 +1,12 @@
 #include "ops/operands.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "device_layout.h"
 #include "ops/launch.h"
@@ -271,6 +273,39 @@ std::vector<int64_t> Iteration::strides(const at::Tensor& t, int64_t out_rank,
   }
   if (result.size() < shape_.size()) result.push_back(is_output ? 1 : 0);
   return result;
+}
+
+// Element offsets [first, last] a view reaches in its storage.
+std::pair<int64_t, int64_t> element_span(const at::Tensor& t) {
+  int64_t lo = t.storage_offset(), hi = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t reach = (t.size(d) - 1) * t.stride(d);
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {lo, hi};
+}
+
+void check_out_apart(const at::Tensor& out,
+                     std::initializer_list<at::Tensor> inputs) {
+  at::assert_no_internal_overlap(out);
+  for (const at::Tensor& input : inputs) {
+    if (!input.defined() || out.numel() == 0 || input.numel() == 0) continue;
+    at::assert_no_overlap(out, input);
+    // PyTorch gives up on views it cannot decide (a column out= of its own
+    // input), and its CPU kernels then compute in place: a result no
+    // temporary reproduces. Views of one storage that reach into each other
+    // are refused instead.
+    if (at::get_overlap_status(out, input) == at::MemOverlapStatus::TooHard &&
+        out.storage().is_alias_of(input.storage())) {
+      const auto [out_lo, out_hi] = element_span(out);
+      const auto [in_lo, in_hi] = element_span(input);
+      TORCH_CHECK(out_hi < in_lo || in_hi < out_lo,
+                  "spyre: out= shares memory with an input (views of one "
+                  "storage that reach into each other), so the result would "
+                  "depend on the order the elements are written in; clone() "
+                  "the input or write to a separate tensor");
+    }
+  }
 }
 
 at::Tensor empty_like_default(const at::Tensor& tensor) {

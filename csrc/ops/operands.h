@@ -14,6 +14,7 @@
 #include <c10/util/ArrayRef.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -53,6 +54,13 @@ at::Tensor materialize(const at::Tensor& tensor);
 at::Tensor addressable(const at::Tensor& tensor);
 // A fresh tensor of `tensor`'s shape and options in the default layout.
 at::Tensor empty_like_default(const at::Tensor& tensor);
+
+// PyTorch's checks of an out= tensor, as its CPU kernels make them: out may
+// not write one element twice, nor share any element with `inputs` (whose
+// result would depend on the order of the loop: the CPU computes such cases
+// in place). "unsupported operation: ... Please clone() the tensor ..."
+void check_out_apart(const at::Tensor& out,
+                     std::initializer_list<at::Tensor> inputs);
 // dst's elements <- src's (same shape), through dst's host image: the
 // general path for views no kernel can address (counted).
 void write_through_host(const at::Tensor& src, const at::Tensor& dst);

@@ -246,6 +246,7 @@ at::Tensor sum_kernel(const at::Tensor& self,
 at::Tensor& sum_out_kernel(const at::Tensor& self, at::OptionalIntArrayRef dim,
                            bool keepdim, std::optional<at::ScalarType> dtype,
                            at::Tensor& out) {
+  check_out_apart(out, {self});
   at::Tensor r =
       sum_dim_kernel(self, dim, keepdim, dtype.value_or(out.scalar_type()));
   at::native::resize_output(out, r.sizes());
@@ -273,6 +274,7 @@ at::Tensor mean_kernel(const at::Tensor& self,
 at::Tensor& mean_out_kernel(const at::Tensor& self, at::OptionalIntArrayRef dim,
                             bool keepdim, std::optional<at::ScalarType> dtype,
                             at::Tensor& out) {
+  check_out_apart(out, {self});
   at::Tensor r =
       mean_dim_kernel(self, dim, keepdim, dtype.value_or(out.scalar_type()));
   at::native::resize_output(out, r.sizes());
@@ -324,6 +326,7 @@ at::Tensor amin_kernel(const at::Tensor& self, at::IntArrayRef dim,
 
 at::Tensor& amax_out_kernel(const at::Tensor& self, at::IntArrayRef dim,
                             bool keepdim, at::Tensor& out) {
+  check_out_apart(out, {self});
   at::Tensor r = amax_kernel(self, dim, keepdim);
   at::native::resize_output(out, r.sizes());
   out.copy_(r);
@@ -332,6 +335,7 @@ at::Tensor& amax_out_kernel(const at::Tensor& self, at::IntArrayRef dim,
 
 at::Tensor& amin_out_kernel(const at::Tensor& self, at::IntArrayRef dim,
                             bool keepdim, at::Tensor& out) {
+  check_out_apart(out, {self});
   at::Tensor r = amin_kernel(self, dim, keepdim);
   at::native::resize_output(out, r.sizes());
   out.copy_(r);

@@ -109,16 +109,19 @@ at::Tensor dims_kernel(const at::Tensor& self, at::OptionalIntArrayRef dim,
 }
 template <bool kAll>
 at::Tensor& full_out_kernel(const at::Tensor& self, at::Tensor& out) {
+  check_out_apart(out, {self});
   return into(all_or_any(self, std::nullopt, false, kAll), out);
 }
 template <bool kAll>
 at::Tensor& dim_out_kernel(const at::Tensor& self, int64_t dim, bool keepdim,
                            at::Tensor& out) {
+  check_out_apart(out, {self});
   return into(all_or_any(self, at::IntArrayRef(dim), keepdim, kAll), out);
 }
 template <bool kAll>
 at::Tensor& dims_out_kernel(const at::Tensor& self, at::OptionalIntArrayRef dim,
                             bool keepdim, at::Tensor& out) {
+  check_out_apart(out, {self});
   return into(all_or_any(self, dim, keepdim, kAll), out);
 }
 

@@ -4,6 +4,7 @@
 // log) and is rounded once at the end.
 #include "spyre/kernels/softmax.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
@@ -90,6 +91,8 @@ at::Tensor log_softmax_kernel(const at::Tensor& self, int64_t dim,
 
 at::Tensor& softmax_out_kernel(const at::Tensor& self, int64_t dim,
                                bool half_to_float, at::Tensor& out) {
+  at::assert_no_internal_overlap(out);
+  at::assert_no_partial_overlap(out, self);  // in place is row by row
   at::Tensor r = softmax_kernel(self, dim, half_to_float);
   at::native::resize_output(out, r.sizes());
   out.copy_(r);
@@ -98,6 +101,8 @@ at::Tensor& softmax_out_kernel(const at::Tensor& self, int64_t dim,
 
 at::Tensor& log_softmax_out_kernel(const at::Tensor& self, int64_t dim,
                                    bool half_to_float, at::Tensor& out) {
+  at::assert_no_internal_overlap(out);
+  at::assert_no_partial_overlap(out, self);  // in place is row by row
   at::Tensor r = log_softmax_kernel(self, dim, half_to_float);
   at::native::resize_output(out, r.sizes());
   out.copy_(r);
