@@ -156,7 +156,8 @@ void launch_elementwise(std::string_view name, c10::ArrayRef<at::Tensor> inputs,
       stick_operand(out, sizes, out_strides, out.storage_offset());
   // An output is written in whole runs of sticks (kSticks) only.
   if (out_operand &&
-      out_operand->cols != kernels::StickOperand::Cols::kSticks) {
+      (out_operand->cols != kernels::StickOperand::Cols::kSticks ||
+       !out_operand->lane_steps.empty())) {
     out_operand.reset();
   }
   if (!out_operand) {

@@ -21,7 +21,7 @@ std::optional<kernels::Matrix> matrix_view(
       "matrix_view: every dim but the last must be a batch or row dim");
   const auto operand =
       stick_operand(tensor, sizes, strides, tensor.storage_offset());
-  if (!operand || operand->first != 0 ||
+  if (!operand || operand->first != 0 || !operand->lane_steps.empty() ||
       operand->cols != kernels::StickOperand::Cols::kSticks) {
     return std::nullopt;
   }

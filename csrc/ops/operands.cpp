@@ -183,9 +183,17 @@ std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
         op.strides[d] = steps / per_stick * stick_stride;
         continue;
       }
+      // A batch dim stepping a part of a stick (heads of half a stick):
+      // each of its steps starts the tile at another position.
+      const bool rows_dim = d + 2 == sizes.size();
+      if (d + 2 < sizes.size()) {
+        op.lane_steps.resize(n - 1, 0);
+        op.lane_steps[d] = steps;
+        reach[j] += steps * (sizes[d] - 1);
+        continue;
+      }
       // Otherwise only the rows dim of a cols-broadcast view may walk the
       // sticks ([rows, 1] against [rows, cols]).
-      const bool rows_dim = d + 2 == sizes.size();
       if (!rows_dim || steps != 1 || strides.back() != 0) return std::nullopt;
       op.cols = kernels::StickOperand::Cols::kRowsAlongSticks;
       reach[j] += sizes[d] - 1;
@@ -221,6 +229,10 @@ std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
     if (op.stick_stride <= 0) return std::nullopt;
     reach[j] += steps * (cols - 1);
     op.cols = kernels::StickOperand::Cols::kAcrossSticks;
+  }
+  if (!op.lane_steps.empty() &&
+      op.cols != kernels::StickOperand::Cols::kSticks) {
+    return std::nullopt;
   }
   int64_t bytes = 0;
   for (size_t j = 0; j < host.size(); ++j) {

@@ -47,6 +47,22 @@ int64_t batch_offset(const StickOperand& op, const Space& s, int64_t b) {
   return offset;
 }
 
+// Elements along the sticks that batch element `b` starts after the first.
+int64_t batch_lanes(const StickOperand& op, const Space& s, int64_t b) {
+  if (op.lane_steps.empty()) return 0;
+  int64_t lanes = 0;
+  for (size_t d = s.batch.size(); d-- > 0;) {
+    lanes += (b % s.batch[d]) * op.lane_steps[d];
+    b /= s.batch[d];
+  }
+  return lanes;
+}
+
+bool has_lane_steps(const StickOperand& op) {
+  return std::any_of(op.lane_steps.begin(), op.lane_steps.end(),
+                     [](int64_t l) { return l != 0; });
+}
+
 bool is_invariant(const StickOperand& op) {
   return op.cols == Cols::kBroadcast &&
          std::all_of(op.strides.begin(), op.strides.end(),
@@ -65,7 +81,7 @@ uint32_t operand_pitch(const StickOperand& op, const StickOperand& output,
   const int64_t per_stick = op.elements_per_stick();
   const int64_t out_per_stick = output.elements_per_stick();
   const bool aligned =
-      out_per_stick % per_stick == 0 &&
+      out_per_stick % per_stick == 0 && !has_lane_steps(op) &&
       (static_cast<int64_t>(op.first) - output.first) % per_stick == 0;
   return static_cast<uint32_t>(
       (ceil_div(width, per_stick) + (aligned ? 0 : 1)) * rt::kStickBytes);
@@ -139,7 +155,7 @@ Placed place(const StickOperand& op, uint32_t slot, const Space& s, size_t ndim,
     x.dram = {slot, static_cast<uint64_t>(base)};
     position = op.first;
   } else {
-    const int64_t start = op.first + w.col0;
+    const int64_t start = op.first + batch_lanes(op, s, w.batch) + w.col0;
     const int64_t first_stick = start / per_stick;
     const int64_t sticks = (start + w.ncols - 1) / per_stick - first_stick + 1;
     x.dram = {slot,
@@ -174,7 +190,11 @@ uint64_t slot_extent(const StickOperand& op,
     last += (shape[d] - 1) * op.strides[d];
   }
   if (op.cols == Cols::kSticks) {
-    last += (op.first + shape.back() - 1) / op.elements_per_stick() *
+    int64_t lanes = 0;
+    for (size_t d = 0; d < op.lane_steps.size(); ++d) {
+      lanes += (shape[d] - 1) * op.lane_steps[d];
+    }
+    last += (op.first + lanes + shape.back() - 1) / op.elements_per_stick() *
             op.stick_stride;
   }
   if (op.cols == Cols::kRowsAlongSticks) {
@@ -218,9 +238,26 @@ void check_kernel(const ElementwiseKernel& k) {
         "elementwise: columns across sticks need a positive stride of "
         "whole sticks");
   }
+  for (const StickOperand& op : k.inputs) {
+    const bool batch_dims_only = std::all_of(
+        op.lane_steps.begin() +
+            std::min(op.lane_steps.size(),
+                     k.shape.size() >= 2 ? k.shape.size() - 2 : size_t{0}),
+        op.lane_steps.end(), [](int64_t l) { return l == 0; });
+    rt::check(op.lane_steps.empty() ||
+                  (op.lane_steps.size() == op.strides.size() &&
+                   op.cols == Cols::kSticks && batch_dims_only &&
+                   std::all_of(op.lane_steps.begin(), op.lane_steps.end(),
+                               [](int64_t l) { return l >= 0; })),
+              rt::ErrorCode::kInvalidArgument,
+              "elementwise: lane steps belong to the batch dims of an input "
+              "with columns along the sticks");
+  }
   check_operand(k.output);
-  rt::check(k.output.cols == Cols::kSticks, rt::ErrorCode::kInvalidArgument,
-            "elementwise: the output cannot broadcast");
+  rt::check(k.output.cols == Cols::kSticks && !has_lane_steps(k.output),
+            rt::ErrorCode::kInvalidArgument,
+            "elementwise: the output cannot broadcast or start its tiles "
+            "inside different sticks");
 }
 
 // Scratchpad bytes of one buffer set for tiles `rows` x (`sticks` output
@@ -323,7 +360,7 @@ void ElementwiseStep::append_key(KeyWriter& key) const {
 
 void StickOperand::append_key(KeyWriter& key) const {
   key.add(dtype).add(cols).add(offset).add(first).add(stick_stride);
-  key.add_list(strides);
+  key.add_list(strides).add_list(lane_steps);
 }
 
 void ElementwiseKernel::append_key(KeyWriter& key) const {

@@ -179,6 +179,49 @@ TEST(ElementwiseKernel, ColumnsAcrossSticksAreReadElementByElement) {
   }
 }
 
+TEST(ElementwiseKernel, LaneStepsStartEachBatchInsideAStick) {
+  // out[r, 32 h + c] = 2 * x[r, 16 h + c] for h < 2, c < 16: the input's
+  // batch dim h steps half a stick (heads of 16 fp32 split off a row).
+  ElementwiseKernel k;
+  k.name = "heads";
+  k.shape = {2, kRows, 16};
+  StickOperand heads = matrix_operand();
+  heads.strides = {0, 128};
+  heads.lane_steps = {16, 0};
+  StickOperand out = matrix_operand();
+  out.strides = {kRows * 128, 128};  // the next stick column
+  k.inputs = {heads};
+  k.output = out;
+  k.output_read_modify_write = true;
+  k.steps = {kernels::scalar_step(VecOp::kMul, 0, 2.0, DType::kFloat32)};
+  for (uint32_t cores : {1u, 32u}) {
+    SCOPED_TRACE(cores);
+    k.target = sim_target(cores);
+    const rt::Program program = kernels::build_elementwise(k);
+    auto device = small_device();
+    Buffers buffers(*device, program);
+    const auto xs = random_floats(kRows * kCols, 7);
+    const auto before = random_floats(kRows * kCols, 8);
+    buffers.upload(0, to_device(xs, buffers.bindings[0].bytes));
+    buffers.upload(1, to_device(before, buffers.bindings[1].bytes));
+    run(*device, program, buffers);
+    const auto got = buffers.download<uint8_t>(1);
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t r = 0; r < kRows; ++r) {
+        for (int64_t c = 0; c < 16; ++c) {
+          ASSERT_EQ(read(got, r, 32 * h + c), 2.0f * xs[r * kCols + 16 * h + c])
+              << h << "," << r << "," << c;
+        }
+        ASSERT_EQ(read(got, r, 32 * h + 16), before[r * kCols + 32 * h + 16]);
+      }
+    }
+  }
+  StickOperand bad = heads;
+  bad.lane_steps = {0, 16};  // on the rows dim: rows of one tile differ
+  k.inputs = {bad};
+  EXPECT_THROW(kernels::build_elementwise(k), rt::Error);
+}
+
 TEST(ElementwiseKernel, RandomDrawsDoNotDependOnTheCoreSplit) {
   std::vector<uint8_t> first;
   for (uint32_t cores : {1u, 5u, 32u}) {

@@ -88,15 +88,21 @@ def test_copies_that_alias():
     no_fallbacks()
 
 
-def test_heads_of_half_a_stick_are_exact():
-    # head_dim 32 in float16 (MiniLM in half precision): a head is half a
-    # stick, which no stick transfer can pick out; the result is still the
-    # CPU's (the view is copied through the host, counted).
-    x = rand((2, 8, 4 * 32), torch.float16)
-    heads = x.to("spyre").view(2, 8, 4, 32).transpose(1, 2)
-    assert torch.equal((heads + 1).contiguous().cpu(),
-                       (x.view(2, 8, 4, 32).transpose(1, 2) + 1).contiguous())
-    no_fallbacks()
+@pytest.mark.parametrize("head_dim", [32, 16, 48], ids=str)
+def test_heads_of_part_of_a_stick(head_dim):
+    # head_dim 32 in float16 (MiniLM in half precision), 16 (tiny test
+    # configs), 48 (a stick and a half): each head starts at another position
+    # of its first stick; the kernel starts each head's tiles there.
+    x = rand((2, 8, 4 * head_dim), torch.float16)
+    ref = x.view(2, 8, 4, head_dim).transpose(1, 2)
+    heads = x.to("spyre").view(2, 8, 4, head_dim).transpose(1, 2)
+    assert torch.equal((heads + 1).cpu(), ref + 1)
+    assert torch.equal(heads.contiguous().cpu(), ref.contiguous())
+    # Rotary embeddings' halves of each head, too.
+    half = head_dim // 2
+    got = torch.cat([-heads[..., half:], heads[..., :half]], -1)
+    assert torch.equal(got.cpu(), torch.cat([-ref[..., half:], ref[..., :half]], -1))
+    no_host_copies()
 
 
 def test_stride_within_a_stick_goes_through_the_host_counted():

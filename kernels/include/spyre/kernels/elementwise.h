@@ -48,6 +48,11 @@ struct StickOperand {
     kAcrossSticks
   } cols = Cols::kSticks;
   int64_t stick_stride = rt::kStickBytes;
+  // Elements along the sticks per step of each outer dim before the rows
+  // dim whose step is a part of a stick (heads of half a stick split off a
+  // hidden dim); empty: none. Inputs with kSticks columns only: a tile then
+  // starts at another position of its first stick for each such step.
+  std::vector<int64_t> lane_steps;
 
   uint32_t elements_per_stick() const { return rt::elements_per_stick(dtype); }
   // Writes what identifies the placement (for program cache keys).
