@@ -134,6 +134,30 @@ void launch_cached(c10::DeviceIndex device, const ProgramKey& key,
   launch(lookup_program(device, key, build), tensors);
 }
 
+namespace {
+
+// out's iteration, with a unit rows dim when an input can be read in place
+// only so: its rows step a part of a stick (the heads of a decode step,
+// [batch, heads, 1, head_dim] split off [batch, 1, hidden]), which a batch
+// dim may do and the rows dim may not.
+Iteration iteration_for(c10::ArrayRef<at::Tensor> inputs,
+                        const at::Tensor& out) {
+  Iteration plain(out);
+  const Iteration unit_rows(out, /*unit_rows=*/true);
+  auto readable = [&](const Iteration& it, const at::Tensor& input) {
+    return stick_operand(input, it.sizes(), it.strides(input, out.dim(), false),
+                         input.storage_offset())
+        .has_value();
+  };
+  for (const at::Tensor& input : inputs) {
+    if (input.storage().is_alias_of(out.storage())) continue;
+    if (!readable(plain, input) && readable(unit_rows, input)) return unit_rows;
+  }
+  return plain;
+}
+
+}  // namespace
+
 void launch_elementwise(std::string_view name, c10::ArrayRef<at::Tensor> inputs,
                         const at::Tensor& out,
                         c10::ArrayRef<kernels::ElementwiseStep> steps) {
@@ -149,7 +173,7 @@ void launch_elementwise(std::string_view name, c10::ArrayRef<at::Tensor> inputs,
     if (launch_remembered(written, inputs, out)) return;
     signature.emplace(written);
   }
-  const Iteration it(out);
+  const Iteration it = iteration_for(inputs, out);
   const std::vector<int64_t>& sizes = it.sizes();
   const std::vector<int64_t> out_strides = it.strides(out, out.dim(), true);
   auto out_operand =

@@ -96,6 +96,27 @@ void merge_whole_stick_dims(std::vector<int64_t>& host,
   }
 }
 
+// Adjacent outer host dims merged where one step of the outer moves as far
+// as all steps of the inner (heads repeated for grouped-query attention,
+// [batch, kv_heads, n_rep, seq, head_dim] read as [batch, heads, seq,
+// head_dim]).
+void merge_uniform_outer_dims(std::vector<int64_t>& host,
+                              std::vector<int64_t>& coeff, int64_t& stick_dim) {
+  for (size_t j = 0; j + 1 < host.size();) {
+    const bool outer = static_cast<int64_t>(j) != stick_dim &&
+                       static_cast<int64_t>(j) + 1 != stick_dim;
+    if (outer && coeff[j + 1] > 0 && coeff[j] == host[j + 1] * coeff[j + 1]) {
+      host[j] *= host[j + 1];
+      coeff[j] = coeff[j + 1];
+      host.erase(host.begin() + static_cast<std::ptrdiff_t>(j) + 1);
+      coeff.erase(coeff.begin() + static_cast<std::ptrdiff_t>(j) + 1);
+      if (stick_dim > static_cast<int64_t>(j)) --stick_dim;
+    } else {
+      ++j;
+    }
+  }
+}
+
 }  // namespace
 
 std::optional<rt::DType> maybe_device_dtype(at::ScalarType type) {
@@ -149,6 +170,7 @@ std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
   std::vector<int64_t> host = layout.host_sizes;
   merge_whole_stick_dims(host, coeff, stick_dim, stick_stride,
                          layout.elements_per_stick());
+  merge_uniform_outer_dims(host, coeff, stick_dim);
   const std::vector<int64_t> host_strides = contiguous_strides(host);
   // Coordinates of element 0 of the view, and how far the view reaches
   // along each host dim from there.
@@ -263,7 +285,7 @@ bool write_needs_read(const at::Tensor& tensor, at::IntArrayRef sizes,
   const int64_t row = layout.host_sizes.back();
   return cols != row;
 }
-Iteration::Iteration(const at::Tensor& out) {
+Iteration::Iteration(const at::Tensor& out, bool unit_rows) {
   for (int64_t d = 0; d < out.dim(); ++d) {
     if (out.size(d) != 1) out_dims_.push_back(d);
   }
@@ -273,6 +295,8 @@ Iteration::Iteration(const at::Tensor& out) {
   for (int64_t d : out_dims_) shape_.push_back(out.size(d));
   synthetic_cols_ = !out_dims_.empty() && out.stride(out_dims_.back()) != 1;
   if (shape_.empty() || synthetic_cols_) shape_.push_back(1);
+  unit_rows_ = unit_rows && shape_.size() >= 2;
+  if (unit_rows_) shape_.insert(shape_.end() - 1, 1);
 }
 
 std::vector<int64_t> Iteration::strides(const at::Tensor& t, int64_t out_rank,
@@ -283,7 +307,10 @@ std::vector<int64_t> Iteration::strides(const at::Tensor& t, int64_t out_rank,
     const int64_t td = d - (out_rank - t.dim());
     result.push_back(td < 0 || t.size(td) == 1 ? 0 : t.stride(td));
   }
-  if (result.size() < shape_.size()) result.push_back(is_output ? 1 : 0);
+  if (result.size() + (unit_rows_ ? 1 : 0) < shape_.size()) {
+    result.push_back(is_output ? 1 : 0);
+  }
+  if (unit_rows_) result.insert(result.end() - 1, 0);
   return result;
 }
 

@@ -71,7 +71,10 @@ void write_through_host(const at::Tensor& src, const at::Tensor& dst);
 // dim; and each operand's strides over it.
 class Iteration {
  public:
-  explicit Iteration(const at::Tensor& out);
+  // `unit_rows`: a size-1 rows dim goes before the cols dim, so the dim
+  // that would have been the rows becomes a batch dim (an input whose rows
+  // step a part of a stick, heads of a decode step, needs that).
+  explicit Iteration(const at::Tensor& out, bool unit_rows = false);
 
   const std::vector<int64_t>& sizes() const { return shape_; }
   // `t` broadcast to out (aligned at the last dim), as element strides over
@@ -85,6 +88,7 @@ class Iteration {
   // out's innermost dim is not contiguous (a column of a matrix): a size-1
   // cols dim is added, so that dim becomes rows of one-element sticks.
   bool synthetic_cols_ = false;
+  bool unit_rows_ = false;
 };
 
 }  // namespace spyre::torch_glue::ops

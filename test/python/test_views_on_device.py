@@ -141,3 +141,22 @@ def test_column_as_out_keeps_the_rest_of_each_stick():
     torch.add(ref[:, 0], 1, out=ref[:, 3])
     assert torch.equal(x.cpu(), ref)
     no_host_copies()
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_decode_step_heads_and_repeated_kv_heads(dtype):
+    # A decode step's heads, [batch, heads, 1, head_dim] split off
+    # [batch, 1, hidden] with head_dim part of a stick (read as a batch dim
+    # over rows of one); and grouped-query attention's repeated key heads,
+    # [batch, kv, n_rep, seq, head_dim] reshaped to [batch, heads, seq,
+    # head_dim] and transposed.
+    head_dim = 64 // (torch.finfo(dtype).bits // 8) // 2  # half a stick
+    x = rand((2, 1, 4 * head_dim), dtype)
+    ref = x.view(2, 1, 4, head_dim).transpose(1, 2)
+    heads = x.to("spyre").view(2, 1, 4, head_dim).transpose(1, 2)
+    assert torch.equal((-heads[..., head_dim // 2:]).cpu(), -ref[..., head_dim // 2:])
+    kv = rand((2, 2, 7, head_dim), dtype)
+    rep = kv[:, :, None].expand(2, 2, 2, 7, head_dim).reshape(2, 4, 7, head_dim)
+    rep_dev = kv.to("spyre")[:, :, None].expand(2, 2, 2, 7, head_dim).reshape(2, 4, 7, head_dim)
+    assert torch.equal((rep_dev.transpose(-1, -2) * 0.5).cpu(), rep.transpose(-1, -2) * 0.5)
+    no_host_copies()
