@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
 
 #include <sstream>
 #include <utility>
@@ -127,6 +128,25 @@ std::string description_to_string(const at::Tensor& description) {
 
 }  // namespace
 
+void wait_for_transport(c10d::Work& work, const char* op, int rank,
+                        std::chrono::milliseconds timeout) {
+  std::string cause;
+  try {
+    work.wait(timeout);
+    return;
+  } catch (const c10::Error& error) {
+    cause = error.what_without_backtrace();
+  } catch (const std::exception& error) {
+    cause = error.what();
+  }
+  C10_THROW_ERROR(
+      DistBackendError,
+      c10::str("spyreccl ", op, " on rank ", rank,
+               ": the host transport (gloo) failed: ", cause,
+               "; a peer rank may have exited, or not joined this collective "
+               "within the process group's timeout"));
+}
+
 // ---- StagedWork -----------------------------------------------------------
 
 StagedWork::StagedWork(c10::intrusive_ptr<c10d::Work> transport,
@@ -146,8 +166,8 @@ void StagedWork::finish_once() {
 }
 
 bool StagedWork::wait(std::chrono::milliseconds timeout) {
-  // The transport raises its own error (a peer's failure, a timeout).
-  transport_->wait(timeout);
+  wait_for_transport(*transport_, c10d::opTypeToString(opType_).c_str(), rank_,
+                     timeout);
   finish_once();
   return true;
 }
@@ -195,7 +215,8 @@ void SpyrecclBackend::check_same_on_all_ranks(const char* op,
   std::vector<std::vector<at::Tensor>> everyone(1);
   for (int r = 0; r < size_; ++r)
     everyone[0].push_back(at::empty({kDescriptionLength}, at::kLong));
-  transport_->allgather(everyone, mine, c10d::AllgatherOptions())->wait();
+  auto work = transport_->allgather(everyone, mine, c10d::AllgatherOptions());
+  wait_for_transport(*work, op, rank_, kNoTimeout);
   for (int r = 0; r < size_; ++r) {
     const at::Tensor& theirs = everyone[0][r];
     TORCH_CHECK(at::equal(theirs, everyone[0][0]), "spyreccl ", op, ": rank ",

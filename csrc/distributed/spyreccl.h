@@ -15,11 +15,17 @@
 
 #include <functional>
 #include <mutex>
+#include <string>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 namespace spyre::torch_glue::distributed {
+
+// Waits for a transport Work; its failure (a peer gone, a timeout) becomes
+// a DistBackendError that names spyreccl, the collective and the rank.
+void wait_for_transport(c10d::Work& work, const char* op, int rank,
+                        std::chrono::milliseconds timeout);
 
 // A transport Work plus the step that finishes the collective on the
 // device (copying host results back, dividing an average).
