@@ -245,12 +245,17 @@ def all_reduce_of_device_computed_tensor():
 
 
 def async_all_reduce_wait():
-    spyre, cpu = both((8, 8), torch.float32)
+    spyre, cpu = both((64, 64), torch.float32)
+    pinned_before = torch_spyre._C.pinned_bytes_in_use()
     work = dist.all_reduce(spyre, async_op=True)
+    # The collective in flight holds its staging buffer in pinned host memory.
+    assert torch_spyre._C.pinned_bytes_in_use() >= pinned_before + spyre.nbytes
     dist.all_reduce(cpu)
     work.wait()
     assert work.is_completed()
     assert_same(spyre, cpu)
+    del work
+    assert torch_spyre._C.pinned_bytes_in_use() == pinned_before
 
 
 def barrier():
