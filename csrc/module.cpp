@@ -8,6 +8,7 @@
 
 #include "allocator.h"
 #include "device_state.h"
+#include "distributed/bindings.h"
 #include "factory.h"
 #include "fallback_stats.h"
 #include "generator.h"
@@ -264,5 +265,6 @@ PYBIND11_MODULE(_C, m) {
   bind_layout(m);
   bind_fallback(m);
   glue::bind_programs(m);
+  glue::distributed::bind_distributed(m);
   bind_ops(m);
 }

@@ -76,6 +76,8 @@ def _register():
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
     from . import _layout
     torch.Tensor.device_tensor_layout = _layout.device_tensor_layout
+    from . import _distributed
+    _distributed.register()
     _registered = True
 
 

@@ -1,0 +1,121 @@
+// spyreccl: the torch.distributed (c10d) backend for spyre tensors.
+//
+// First version: every collective stages its spyre tensors through pinned
+// host buffers and runs on an inner transport backend (ProcessGroupGloo,
+// created in Python on the same store, rank and size, because the torch
+// wheel ships no gloo headers). Reductions therefore run on the host, in
+// gloo; only ReduceOp.AVG's final division runs on the device.
+//
+// Ordering: staging reads the spyre tensors with a blocking device-to-host
+// copy, which waits for the current stream's work that produces them. A
+// collective's Work copies its results back to the spyre tensors in wait()
+// (or in the first is_completed() that finds the transport done), on the
+// calling thread and its current stream, before returning.
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <string>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
+
+namespace spyre::torch_glue::distributed {
+
+// Waits for a transport Work; its failure (a peer gone, a timeout) becomes
+// a DistBackendError that names spyreccl, the collective and the rank.
+void wait_for_transport(c10d::Work& work, const char* op, int rank,
+                        std::chrono::milliseconds timeout);
+
+// A transport Work plus the step that finishes the collective on the
+// device (copying host results back, dividing an average).
+class StagedWork : public c10d::Work {
+ public:
+  StagedWork(c10::intrusive_ptr<c10d::Work> transport,
+             std::function<void()> finish, std::vector<at::Tensor> outputs,
+             int rank, c10d::OpType type);
+
+  bool wait(std::chrono::milliseconds timeout) override;
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  int sourceRank() const override;
+  std::vector<at::Tensor> result() override;
+  void synchronize() override;
+
+ private:
+  void finish_once();
+
+  c10::intrusive_ptr<c10d::Work> transport_;
+  std::function<void()> finish_;
+  std::vector<at::Tensor> outputs_;
+  std::mutex finish_mutex_;
+  bool finished_ = false;
+};
+
+class SpyrecclBackend : public c10d::Backend {
+ public:
+  SpyrecclBackend(c10::intrusive_ptr<c10d::Backend> transport, int rank,
+                  int size);
+
+  const std::string getBackendName() const override { return "spyreccl"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& output, at::Tensor& input,
+      std::vector<int64_t>& output_split_sizes,
+      std::vector<int64_t>& input_split_sizes,
+      const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
+                                      int dst_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
+                                      int src_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts) override;
+  void setTimeout(std::chrono::milliseconds timeout) override;
+
+ private:
+  // Raises, on every rank alike, when the ranks' tensors for `op` differ in
+  // dtype or shape (one small host all-gather of their descriptions).
+  void check_same_on_all_ranks(const char* op, const at::Tensor& tensor);
+  c10::intrusive_ptr<c10d::Work> staged(c10::intrusive_ptr<c10d::Work> work,
+                                        std::function<void()> finish,
+                                        std::vector<at::Tensor> outputs,
+                                        c10d::OpType type);
+
+  c10::intrusive_ptr<c10d::Backend> transport_;
+};
+
+}  // namespace spyre::torch_glue::distributed
