@@ -43,7 +43,7 @@ def _parser():
 
     sweep = commands.add_parser("sweep", help="run the architectures on spyre")
     sweep.add_argument("--arch", help="comma-separated architectures (default: all)")
-    sweep.add_argument("--modes", default=",".join(MODES[:2]),
+    sweep.add_argument("--modes", default=",".join(MODES),
                        help=f"comma-separated modes of {','.join(MODES)} (default: %(default)s)")
     sweep.add_argument("--out", default=DEFAULT_OUT, help="output folder (default: %(default)s)")
     sweep.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
