@@ -91,6 +91,8 @@ def _child_environment():
     # uses its own threads.
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     env.setdefault("PYTHONWARNINGS", "ignore")
+    # A crash leaves the Python stack of every thread in the log.
+    env.setdefault("PYTHONFAULTHANDLER", "1")
     return env
 
 
@@ -119,8 +121,13 @@ def _exit_description(returncode, log_path):
 
 
 def _last_log_line(log_path):
+    """The last line that says something (a fault handler's report ends in
+    frames and module lists: its first line is the one to show)."""
     lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines()
              if line.strip()]
+    faults = [line for line in lines if line.startswith("Fatal Python error")]
+    if faults:
+        return faults[-1][:300]
     return lines[-1][:300] if lines else ""
 
 
