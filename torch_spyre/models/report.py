@@ -126,7 +126,7 @@ def _failure_causes(results):
         lines.append("")
     fallbacks = eager_fallback_ops(results)
     if fallbacks:
-        lines += ["### Eager mode: every op that fell back to the CPU", "",
+        lines += ["### Eager mode: every op that fell back to the CPU (before a failure, if any)", "",
                   "| op | architectures | which |", "|---|---:|---|"]
         lines += [f"| `{op}` | {len(names)} | {_names(names)} |" for op, names in fallbacks.items()]
         lines.append("")
@@ -171,8 +171,9 @@ def _result_cell(result):
     parts = ["**pass**" if result["status"] == "pass" else "FAIL"]
     if result["max_error"] is not None:
         parts.append(f"{result['max_error']:.1e}")
-    if result["host_copies"] is not None:
+    if result["host_copies"] is not None or result["fallbacks"]:
         parts.append(f"fb {sum(result['fallbacks'].values())}")
+    if result["host_copies"] is not None:
         parts.append(f"hc {result['host_copies']}")
     if result["host_ratio"] is not None:
         parts.append(f"x{result['host_ratio']:.1f}")

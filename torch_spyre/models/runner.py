@@ -50,6 +50,15 @@ class CpuReferenceError(Exception):
     """The CPU could not build or run the model: nothing to compare with."""
 
 
+class SpyreRunError(Exception):
+    """The compared run on spyre raised; keeps what it counted until then
+    (e.g. the CPU fallbacks before an op that failed)."""
+
+    def __init__(self, error, counts):
+        super().__init__(_first_line(error))
+        self.counts = counts
+
+
 @dataclass
 class ModelCase:
     """A tiny model on both devices, its inputs and the CPU's answers."""
@@ -122,6 +131,8 @@ def run_mode(case, mode, timed_runs=3):
         return MODE_RUNNERS[mode](case, timed_runs)
     except CpuReferenceError as error:
         return mode_result("skip", error=_reference_message(error))
+    except SpyreRunError as error:
+        return mode_result("fail", error=str(error), **error.counts)
     except Exception as error:  # noqa: BLE001 - any failure is a result
         return mode_result("fail", error=_first_line(error))
     finally:
@@ -233,6 +244,8 @@ def _counted_run(run_on_spyre, strict):
         with torch.no_grad():
             output = run_on_spyre()
         torch.spyre.synchronize()
+    except Exception as error:
+        raise SpyreRunError(error, {"fallbacks": dict(torch.spyre.fallback_stats())}) from error
     finally:
         torch.spyre.set_strict(False)
     return output, {"fallbacks": dict(torch.spyre.fallback_stats()),

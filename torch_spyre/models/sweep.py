@@ -149,8 +149,9 @@ def progress_line(prefix, mode, result):
     parts = [prefix, mode, status]
     if result["max_error"] is not None:
         parts.append(f"{result['max_error']:.1e}")
-    if result["host_copies"] is not None:  # measured: the spyre run finished
+    if result["host_copies"] is not None or result["fallbacks"]:  # measured
         parts.append(f"fallbacks={sum(result['fallbacks'].values())}")
+    if result["host_copies"] is not None:
         parts.append(f"host_copies={result['host_copies']}")
     if result["host_ratio"] is not None:
         parts.append(f"host x{result['host_ratio']:.1f}")
