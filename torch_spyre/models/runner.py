@@ -61,12 +61,16 @@ class SpyreRunError(Exception):
 
 @dataclass
 class ModelCase:
-    """A tiny model on both devices, its inputs and the CPU's answers."""
+    """A tiny seeded model on the CPU and its inputs."""
     arch: configs.Architecture
     config: object
     cpu_model: torch.nn.Module
-    spyre_model: torch.nn.Module
     inputs: dict
+
+    def spyre_copy(self):
+        """The same weights on spyre, a fresh copy per mode: a mode must not
+        inherit another's state (a compiled wrapper, a generation cache)."""
+        return copy.deepcopy(self.cpu_model).to("spyre")
 
 
 def run_architecture(arch, modes, timed_runs=3, on_result=None):
@@ -82,7 +86,7 @@ def run_architecture(arch, modes, timed_runs=3, on_result=None):
         case, build_failure = build_case(arch), None
     except CpuReferenceError as error:
         case, build_failure = None, mode_result("skip", error=_reference_message(error))
-    except Exception as error:  # noqa: BLE001 - e.g. the copy to spyre failed
+    except Exception as error:  # noqa: BLE001 - any failure is a result
         case, build_failure = None, mode_result("fail", error=_first_line(error))
     for mode in modes:
         started = time.perf_counter()
@@ -95,7 +99,7 @@ def run_architecture(arch, modes, timed_runs=3, on_result=None):
 
 
 def build_case(arch):
-    """Builds the seeded tiny model on the CPU and a copy of it on spyre."""
+    """Builds the seeded tiny model on the CPU (CpuReferenceError if it cannot)."""
     import transformers
     try:
         config = configs.tiny_config(arch.name)
@@ -110,8 +114,7 @@ def build_case(arch):
         raise
     except Exception as error:
         raise CpuReferenceError(f"cannot build: {_first_line(error)}") from error
-    spyre_model = copy.deepcopy(cpu_model).to("spyre")
-    return ModelCase(arch, config, cpu_model, spyre_model, sample_inputs(arch, config))
+    return ModelCase(arch, config, cpu_model, sample_inputs(arch, config))
 
 
 def sample_inputs(arch, config):
@@ -140,7 +143,7 @@ def run_mode(case, mode, timed_runs=3):
 
 
 def _run_eager(case, timed_runs, strict=False):
-    return _run_forward(case, case.spyre_model, timed_runs, strict=strict)
+    return _run_forward(case, case.spyre_copy(), timed_runs, strict=strict)
 
 
 def _run_strict(case, timed_runs):
@@ -150,7 +153,7 @@ def _run_strict(case, timed_runs):
 def _run_compiled(case, timed_runs):
     import torch._dynamo
     torch._dynamo.reset()
-    return _run_forward(case, torch.compile(case.spyre_model), timed_runs)
+    return _run_forward(case, torch.compile(case.spyre_copy()), timed_runs)
 
 
 def _run_forward(case, spyre_model, timed_runs, strict=False):
@@ -177,8 +180,8 @@ def _run_generate(case, timed_runs):
     ids, mask = left_padded_prompts(case.config.vocab_size)
     settings = dict(max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=configs.PAD_ID)
     want = _reference(lambda: case.cpu_model.generate(ids, attention_mask=mask, **settings))
-    spyre_ids, spyre_mask = ids.to("spyre"), mask.to("spyre")
-    run_on_spyre = lambda: case.spyre_model.generate(  # noqa: E731
+    spyre_model, spyre_ids, spyre_mask = case.spyre_copy(), ids.to("spyre"), mask.to("spyre")
+    run_on_spyre = lambda: spyre_model.generate(  # noqa: E731
         spyre_ids, attention_mask=spyre_mask, **settings)
     got, counts = _counted_run(run_on_spyre, strict=False)
     got = got.cpu()
