@@ -5,6 +5,9 @@
 #                the upstream test relay, and the C++ tests under ASan+UBSan
 #                and TSan)
 #   make bench   run every benchmark; one JSON file each in bench-results/
+#   make sweep   run every text architecture of transformers (tiny seeded
+#                configs) on spyre against the CPU, eager/strict/compiled/
+#                generate; sweep-results/sweep.json, sweep.md and a plot
 #   make asan / make tsan / make format / make format-check / make clean
 
 PYTHON ?= python3
@@ -14,7 +17,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DSPYRE_WERROR=ON
 SETUP_STAMP := $(BUILD_DIR)/.setup-done
 CXX_SOURCES = $(shell git ls-files '*.cpp' '*.h' 2>/dev/null)
 
-.PHONY: all setup build python run test test-cpp test-python test-relay bench asan tsan \
+.PHONY: all setup build python run test test-cpp test-python test-relay bench sweep asan tsan \
         format format-check clean
 
 all: build
@@ -72,6 +75,11 @@ tsan: setup
 bench: python
 	@mkdir -p bench-results
 	$(PYTHON) benchmarks/run_all.py --build-dir $(BUILD_DIR) --out bench-results
+
+# One child process per architecture; resumable with
+# `python -m torch_spyre.models sweep --out sweep-results --resume`.
+sweep: python
+	$(PYTHON) -m torch_spyre.models sweep --out sweep-results
 
 format:
 	clang-format -i $(CXX_SOURCES)
