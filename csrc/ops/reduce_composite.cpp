@@ -11,16 +11,25 @@
 #include <ATen/ops/abs.h>
 #include <ATen/ops/amax.h>
 #include <ATen/ops/amin.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/clamp.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/eq.h>
+#include <ATen/ops/floor.h>
+#include <ATen/ops/ge.h>
+#include <ATen/ops/histc_ops.h>
 #include <ATen/ops/isin_ops.h>
+#include <ATen/ops/le.h>
 #include <ATen/ops/linalg_vector_norm_ops.h>
+#include <ATen/ops/logical_and.h>
 #include <ATen/ops/logical_not.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/ne.h>
 #include <ATen/ops/result_type.h>
 #include <ATen/ops/sqrt.h>
+#include <ATen/ops/sub.h>
 #include <ATen/ops/sum.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -206,7 +215,60 @@ at::Tensor isin(const at::Tensor& elements, const at::Tensor& tests,
   return isin_out(elements, tests, assume_unique, invert, out);
 }
 
+// histc (mixture-of-experts routing counts the tokens per expert with it,
+// on integer expert ids, which the CPU's kernel does not take): each
+// element's bin compared with every bin, the matches summed in fp32 (exact
+// up to 2^24 per bin). min == max == 0 takes the data's range (a read back
+// of two values); elements outside [min, max] are not counted.
+constexpr int64_t kMaxHistcCompares = int64_t{1} << 24;
+
+at::Tensor histc_kernel(const at::Tensor& self, int64_t bins,
+                        const at::Scalar& min, const at::Scalar& max) {
+  TORCH_CHECK(bins > 0, "torch.histc(): bins must be > 0, but got ", bins);
+  if (!has_device_dtype(self.scalar_type()) ||
+      self.scalar_type() == at::kBool ||
+      self.numel() * bins > kMaxHistcCompares) {
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::histc>::call(
+        self, bins, min, max);
+  }
+  const at::Tensor x = self.reshape({-1}).to(at::kFloat);
+  double lo = min.toDouble(), hi = max.toDouble();
+  if (lo == 0 && hi == 0 && x.numel() > 0) {
+    lo = at::amin(x).item<double>();
+    hi = at::amax(x).item<double>();
+  }
+  if (lo == hi) {
+    lo -= 1;
+    hi += 1;
+  }
+  TORCH_CHECK(lo < hi, "torch.histc(): max must be larger than min");
+  TORCH_CHECK(std::isfinite(lo) && std::isfinite(hi),
+              "torch.histc(): range of [", lo, ", ", hi, "] is not finite");
+  const auto options = self.options();
+  if (x.numel() == 0) return at::zeros({bins}, options);
+  const at::Tensor inside = at::logical_and(at::ge(x, lo), at::le(x, hi));
+  const at::Tensor bin = at::clamp(
+      at::floor(at::mul(at::sub(x, lo), static_cast<double>(bins) / (hi - lo))),
+      0, bins - 1);
+  const at::Tensor matches =
+      at::logical_and(at::eq(bin.unsqueeze(1), at::arange(bins, x.options())),
+                      inside.unsqueeze(1));
+  return at::sum(matches.to(at::kFloat), 0).to(self.scalar_type());
+}
+
+at::Tensor& histc_out_kernel(const at::Tensor& self, int64_t bins,
+                             const at::Scalar& min, const at::Scalar& max,
+                             at::Tensor& out) {
+  check_out_apart(out, {self});
+  const at::Tensor counts = histc_kernel(self, bins, min, max);
+  at::native::resize_output(out, counts.sizes());
+  out.copy_(counts);
+  return out;
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("histc", histc_kernel);
+  m.impl("histc.out", histc_out_kernel);
   m.impl("isin.Tensor_Tensor", isin);
   m.impl("isin.Tensor_Tensor_out", isin_out);
   m.impl("all", full_kernel<true>);

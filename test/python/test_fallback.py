@@ -111,3 +111,19 @@ def test_fallback_out_into_a_view_writes_only_the_view():
         run(x.to("spyre"), view)
         run(x, view_cpu)
         torch.testing.assert_close(base.cpu(), base_cpu, msg=name)
+
+
+def test_convolution_runs_through_the_counted_fallback():
+    # spyre's convolution dispatches to convolution_overrideable, which the
+    # CPU has no kernel for: the fallback runs aten::convolution on the CPU
+    # (Mamba, ConvBERT, SqueezeBERT blocks).
+    torch.spyre.reset_fallback_stats()
+    for conv, shape in [(torch.nn.Conv1d(4, 6, 3, padding=1, groups=2), (2, 4, 10)),
+                        (torch.nn.Conv2d(3, 5, 3, stride=2), (1, 3, 9, 9))]:
+        x = torch.randn(shape)
+        want = conv(x)
+        got = conv.to("spyre")(x.to("spyre"))
+        assert got.device.type == "spyre"
+        assert torch.allclose(got.cpu(), want, atol=1e-5)
+    assert torch.spyre.fallback_stats() == {"aten::convolution": 2}
+    torch.spyre.reset_fallback_stats()

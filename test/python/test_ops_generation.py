@@ -132,3 +132,20 @@ def test_cumsum_of_floats(dtype, tol):
     torch.testing.assert_close(y.cpu().float(), want.to(dtype).float(),
                                rtol=tol, atol=tol * 10)
     no_fallbacks()
+
+
+def test_histc():
+    # Mixture-of-experts routing: tokens per expert, histc of int32 ids
+    # (the CPU's kernel takes no integers; the device counts them).
+    ids = torch.randint(0, 8, (5, 2)).int()
+    got = torch.histc(ids.to("spyre"), bins=8, min=0, max=7)
+    assert got.dtype == torch.int32
+    assert torch.equal(got.cpu(), torch.histc(ids.float(), bins=8, min=0, max=7).int())
+    f = torch.randn(500)
+    for bins, lo, hi in [(20, -2, 2), (10, 0, 0), (7, -0.5, 3)]:
+        assert torch.equal(torch.histc(f.to("spyre"), bins, lo, hi).cpu(),
+                           torch.histc(f, bins, lo, hi)), (bins, lo, hi)
+    out = torch.empty(3).to("spyre")
+    torch.histc(f.to("spyre"), 3, -1, 1, out=out)
+    assert torch.equal(out.cpu(), torch.histc(f, 3, -1, 1))
+    no_fallbacks()
