@@ -21,6 +21,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/eq.h>
+#include <ATen/ops/gather_ops.h>
 #include <ATen/ops/ge.h>
 #include <ATen/ops/index_copy_ops.h>
 #include <ATen/ops/index_ops.h>
@@ -271,6 +272,52 @@ at::Tensor& index_copy_(at::Tensor& self, int64_t dim, const at::Tensor& index,
   return index_copy_out(self, dim, index, source, self);
 }
 
+// gather(self, dim, index) is self indexed by `index` along dim and by the
+// positions of every other dim (BERT's token type ids, a gather along the
+// stick dim). A negative index is out of range here, as in PyTorch's gather
+// (advanced indexing would count it from the end): it becomes `size`, which
+// the row gather reports as a device error.
+at::Tensor gather_kernel(const at::Tensor& self, int64_t dim,
+                         const at::Tensor& index, bool sparse_grad) {
+  const int64_t d = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  const bool shaped = index.dim() == self.dim() && self.dim() > 0;
+  if (!shaped || index.scalar_type() != at::kLong ||
+      !index.is_privateuseone() || !has_device_dtype(self.scalar_type())) {
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::gather>::call(
+        self, dim, index, sparse_grad);
+  }
+  for (int64_t k = 0; k < self.dim(); ++k) {
+    TORCH_CHECK(k == d || index.size(k) <= self.size(k),
+                "Size does not match at dimension ", k, " expected index ",
+                index.sizes(), " to be no larger than self ", self.sizes(),
+                " apart from dimension ", d);
+  }
+  if (index.numel() == 0) return at::empty(index.sizes(), self.options());
+  IndexList list;
+  for (int64_t k = 0; k < self.dim(); ++k) {
+    if (k == d) {
+      list.push_back(at::where(at::lt(index, 0),
+                               at::scalar_tensor(self.size(d), index.options()),
+                               index));
+      continue;
+    }
+    std::vector<int64_t> shape(self.dim(), 1);
+    shape[k] = index.size(k);
+    list.push_back(at::arange(index.size(k), index.options()).view(shape));
+  }
+  return index_kernel(self, list);
+}
+
+at::Tensor& gather_out_kernel(const at::Tensor& self, int64_t dim,
+                              const at::Tensor& index, bool sparse_grad,
+                              at::Tensor& out) {
+  check_out_apart(out, {self, index});
+  const at::Tensor result = gather_kernel(self, dim, index, sparse_grad);
+  at::native::resize_output(out, result.sizes());
+  out.copy_(result);
+  return out;
+}
+
 // x[..., idx, ...] = values with one integer index tensor (what index_copy_
 // becomes under torch.compile), written as index_copy; x[mask] = value with a
 // mask of x's shape, as a select. Other forms (several index tensors,
@@ -311,6 +358,8 @@ at::Tensor& index_put_impl_(at::Tensor& self, const IndexList& list,
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_index_put_impl_", index_put_impl_);
+  m.impl("gather", gather_kernel);
+  m.impl("gather.out", gather_out_kernel);
   m.impl("index.Tensor", index_kernel);
   m.impl("index.Tensor_out", index_out_kernel);
   m.impl("index_copy", index_copy);

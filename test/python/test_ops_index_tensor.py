@@ -202,3 +202,31 @@ def test_index_put_forms_left_to_the_cpu_are_counted_and_exact():
     want = a.clone().index_put_((idx,), torch.ones(3, 40), accumulate=True)
     assert torch.equal(x.cpu(), want)
     assert torch.spyre.fallback_stats().get("aten::_index_put_impl_", 0) >= 1
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64, torch.bool], ids=str)
+def test_gather_matches_cpu(dtype):
+    # Along the stick dim (BERT's buffered token type ids gathered at the
+    # position ids), along rows, with an index smaller than self, on a view.
+    a = _table((5, 40), dtype)
+    for dim, index in [(1, torch.randint(0, 40, (5, 7))), (0, torch.randint(0, 5, (3, 40))),
+                       (1, torch.randint(0, 40, (2, 3)))]:
+        got = torch.gather(a.to("spyre"), dim, index.to("spyre"))
+        assert torch.equal(got.cpu(), torch.gather(a, dim, index)), (dim, index.shape)
+    token_types = torch.zeros(1, 128, dtype=torch.long)
+    positions = torch.arange(9)[None]
+    assert torch.equal(torch.gather(token_types.to("spyre"), 1, positions.to("spyre")).cpu(),
+                       torch.gather(token_types, 1, positions))
+    v = offset_view(a)
+    assert torch.equal(torch.gather(v, 1, torch.tensor([[3, 0]] * 5).to("spyre")).cpu(),
+                       torch.gather(a, 1, torch.tensor([[3, 0]] * 5)))
+    no_fallbacks()
+
+
+def test_gather_rejects_negative_and_outside_indices():
+    a = torch.randn(3, 40).to("spyre")
+    for bad in [-1, 40]:
+        with pytest.raises(RuntimeError, match="outside the table"):
+            torch.gather(a, 1, torch.full((3, 2), bad).to("spyre")).cpu()
+    with pytest.raises(RuntimeError, match="Size does not match"):
+        torch.gather(a, 1, torch.zeros(4, 2, dtype=torch.long).to("spyre"))
