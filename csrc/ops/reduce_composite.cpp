@@ -13,6 +13,7 @@
 #include <ATen/ops/amin.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/clamp.h>
+#include <ATen/ops/div.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/eq.h>
 #include <ATen/ops/floor.h>
@@ -216,10 +217,13 @@ at::Tensor isin(const at::Tensor& elements, const at::Tensor& tests,
 }
 
 // histc (mixture-of-experts routing counts the tokens per expert with it,
-// on integer expert ids, which the CPU's kernel does not take): each
-// element's bin compared with every bin, the matches summed in fp32 (exact
-// up to 2^24 per bin). min == max == 0 takes the data's range (a read back
-// of two values); elements outside [min, max] are not counted.
+// on integer expert ids, which the CPU's kernel does not take): an
+// element's bin is (x - min) * bins / (max - min), each step rounded to the
+// input's dtype as the CPU's kernel computes it, truncated, the last bin
+// closed; then each element's bin compared with every bin and the matches
+// summed in fp32 (exact up to 2^24 per bin). min == max == 0 takes the
+// data's range (a read back of two values); elements outside it and NaN
+// are not counted.
 constexpr int64_t kMaxHistcCompares = int64_t{1} << 24;
 
 at::Tensor histc_kernel(const at::Tensor& self, int64_t bins,
@@ -231,7 +235,9 @@ at::Tensor histc_kernel(const at::Tensor& self, int64_t bins,
     return at::native::call_fallback_fn<&cpu_fallback, at::_ops::histc>::call(
         self, bins, min, max);
   }
-  const at::Tensor x = self.reshape({-1}).to(at::kFloat);
+  const at::Tensor x = at::isFloatingType(self.scalar_type())
+                           ? self.reshape({-1})
+                           : self.reshape({-1}).to(at::kFloat);
   double lo = min.toDouble(), hi = max.toDouble();
   if (lo == 0 && hi == 0 && x.numel() > 0) {
     lo = at::amin(x).item<double>();
@@ -244,15 +250,14 @@ at::Tensor histc_kernel(const at::Tensor& self, int64_t bins,
   TORCH_CHECK(lo < hi, "torch.histc(): max must be larger than min");
   TORCH_CHECK(std::isfinite(lo) && std::isfinite(hi),
               "torch.histc(): range of [", lo, ", ", hi, "] is not finite");
-  const auto options = self.options();
-  if (x.numel() == 0) return at::zeros({bins}, options);
+  if (x.numel() == 0) return at::zeros({bins}, self.options());
   const at::Tensor inside = at::logical_and(at::ge(x, lo), at::le(x, hi));
-  const at::Tensor bin = at::clamp(
-      at::floor(at::mul(at::sub(x, lo), static_cast<double>(bins) / (hi - lo))),
-      0, bins - 1);
-  const at::Tensor matches =
-      at::logical_and(at::eq(bin.unsqueeze(1), at::arange(bins, x.options())),
-                      inside.unsqueeze(1));
+  const at::Tensor position =
+      at::floor(at::div(at::mul(at::sub(x, lo), bins), hi - lo)).to(at::kFloat);
+  const at::Tensor bin = at::clamp(position, 0, bins - 1);
+  const at::Tensor matches = at::logical_and(
+      at::eq(bin.unsqueeze(1), at::arange(bins, position.options())),
+      inside.unsqueeze(1));
   return at::sum(matches.to(at::kFloat), 0).to(self.scalar_type());
 }
 
