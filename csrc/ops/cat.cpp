@@ -81,9 +81,7 @@ at::Tensor& cat_out_kernel(const at::ITensorListRef& list, int64_t dim,
   at::assert_no_internal_overlap(out);
   for (const at::Tensor& t : list) at::assert_no_overlap(out, t);
   at::Tensor r = cat_kernel(list, dim);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return write_result(r, out);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -117,9 +117,7 @@ at::Tensor& index_select_out_kernel(const at::Tensor& self, int64_t dim,
                                     const at::Tensor& index, at::Tensor& out) {
   check_out_apart(out, {self, index});
   at::Tensor r = index_select_kernel(self, dim, index);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return write_result(r, out);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -198,9 +198,7 @@ at::Tensor& index_out_kernel(const at::Tensor& self, const IndexList& list,
               self.scalar_type(), ") and result (", out.scalar_type(),
               ") must have the same scalar type");
   const at::Tensor result = index_kernel(self, list);
-  at::native::resize_output(out, result.sizes());
-  out.copy_(result);
-  return out;
+  return write_result(result, out);
 }
 
 // index_copy (a static KV cache's update at cache_position): every place i
@@ -313,9 +311,7 @@ at::Tensor& gather_out_kernel(const at::Tensor& self, int64_t dim,
                               at::Tensor& out) {
   check_out_apart(out, {self, index});
   const at::Tensor result = gather_kernel(self, dim, index, sparse_grad);
-  at::native::resize_output(out, result.sizes());
-  out.copy_(result);
-  return out;
+  return write_result(result, out);
 }
 
 // x[..., idx, ...] = values with one integer index tensor (what index_copy_

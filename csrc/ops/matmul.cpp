@@ -157,11 +157,6 @@ at::Tensor empty_for(const at::Tensor& like, at::IntArrayRef sizes) {
   return at::empty(sizes, like.options().memory_format(std::nullopt));
 }
 
-void write_out(const at::Tensor& result, const at::Tensor& out) {
-  at::native::resize_output(out, result.sizes());
-  out.copy_(result);
-}
-
 at::Tensor mm_kernel(const at::Tensor& self, const at::Tensor& mat2) {
   TORCH_CHECK(self.dim() == 2 && mat2.dim() == 2, "mm: expected 2-D tensors");
   TORCH_CHECK(self.size(1) == mat2.size(0),
@@ -180,8 +175,7 @@ at::Tensor mm_kernel(const at::Tensor& self, const at::Tensor& mat2) {
 at::Tensor& mm_out_kernel(const at::Tensor& self, const at::Tensor& mat2,
                           at::Tensor& out) {
   check_out_apart(out, {self, mat2});
-  write_out(mm_kernel(self, mat2), out);
-  return out;
+  return write_result(mm_kernel(self, mat2), out);
 }
 
 at::Tensor bmm_kernel(const at::Tensor& self, const at::Tensor& mat2) {
@@ -202,8 +196,7 @@ at::Tensor bmm_kernel(const at::Tensor& self, const at::Tensor& mat2) {
 at::Tensor& bmm_out_kernel(const at::Tensor& self, const at::Tensor& mat2,
                            at::Tensor& out) {
   check_out_apart(out, {self, mat2});
-  write_out(bmm_kernel(self, mat2), out);
-  return out;
+  return write_result(bmm_kernel(self, mat2), out);
 }
 
 at::Tensor addmm_kernel(const at::Tensor& self, const at::Tensor& mat1,
@@ -234,8 +227,7 @@ at::Tensor& addmm_out_kernel(const at::Tensor& self, const at::Tensor& mat1,
   // out may be the bias itself (addmm_), not a part of it nor a factor.
   check_out_apart(out, {mat1, mat2});
   if (!out.is_same(self)) at::assert_no_partial_overlap(out, self);
-  write_out(addmm_kernel(self, mat1, mat2, beta, alpha), out);
-  return out;
+  return write_result(addmm_kernel(self, mat1, mat2, beta, alpha), out);
 }
 
 // linear with the input's leading dims kept as row dims of one product:

@@ -1,6 +1,7 @@
 #include "ops/operands.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/util/Exception.h>
@@ -345,6 +346,12 @@ void check_out_apart(const at::Tensor& out,
                   "the input or write to a separate tensor");
     }
   }
+}
+
+at::Tensor& write_result(const at::Tensor& result, at::Tensor& out) {
+  at::native::resize_output(out, result.sizes());
+  out.copy_(result);
+  return out;
 }
 
 at::Tensor empty_like_default(const at::Tensor& tensor) {

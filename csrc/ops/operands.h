@@ -61,6 +61,10 @@ at::Tensor empty_like_default(const at::Tensor& tensor);
 // in place). "unsupported operation: ... Please clone() the tensor ..."
 void check_out_apart(const at::Tensor& out,
                      std::initializer_list<at::Tensor> inputs);
+
+// An out= kernel's last step: out resized as PyTorch resizes outputs (a
+// warning when a non-empty out changes shape), then `result` copied in.
+at::Tensor& write_result(const at::Tensor& result, at::Tensor& out);
 // dst's elements <- src's (same shape), through dst's host image: the
 // general path for views no kernel can address (counted).
 void write_through_host(const at::Tensor& src, const at::Tensor& dst);

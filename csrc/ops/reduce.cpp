@@ -249,9 +249,7 @@ at::Tensor& sum_out_kernel(const at::Tensor& self, at::OptionalIntArrayRef dim,
   check_out_apart(out, {self});
   at::Tensor r =
       sum_dim_kernel(self, dim, keepdim, dtype.value_or(out.scalar_type()));
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return write_result(r, out);
 }
 
 at::Tensor mean_dim_kernel(const at::Tensor& self, at::OptionalIntArrayRef dim,
@@ -277,9 +275,7 @@ at::Tensor& mean_out_kernel(const at::Tensor& self, at::OptionalIntArrayRef dim,
   check_out_apart(out, {self});
   at::Tensor r =
       mean_dim_kernel(self, dim, keepdim, dtype.value_or(out.scalar_type()));
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return write_result(r, out);
 }
 
 at::Tensor prod_dim_kernel(const at::Tensor& self, int64_t dim, bool keepdim,
@@ -328,18 +324,14 @@ at::Tensor& amax_out_kernel(const at::Tensor& self, at::IntArrayRef dim,
                             bool keepdim, at::Tensor& out) {
   check_out_apart(out, {self});
   at::Tensor r = amax_kernel(self, dim, keepdim);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return write_result(r, out);
 }
 
 at::Tensor& amin_out_kernel(const at::Tensor& self, at::IntArrayRef dim,
                             bool keepdim, at::Tensor& out) {
   check_out_apart(out, {self});
   at::Tensor r = amin_kernel(self, dim, keepdim);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return write_result(r, out);
 }
 
 template <class Op>

@@ -98,9 +98,7 @@ at::Tensor& into(const at::Tensor& value, at::Tensor& out) {
                   out.scalar_type() == at::kBool,
               "all/any: expected out of dtype ", value.scalar_type(),
               " but got ", out.scalar_type());
-  at::native::resize_output(out, value.sizes());
-  out.copy_(value);
-  return out;
+  return write_result(value, out);
 }
 
 template <bool kAll>
@@ -168,9 +166,7 @@ at::Tensor& vector_norm_out(const at::Tensor& self, const at::Scalar& ord,
     norm = p > 0 ? at::amax(at::abs(x), covered, keepdim)
                  : at::amin(at::abs(x), covered, keepdim);
   }
-  at::native::resize_output(out, norm.sizes());
-  out.copy_(norm);
-  return out;
+  return write_result(norm, out);
 }
 
 at::Tensor vector_norm(const at::Tensor& self, const at::Scalar& ord,
@@ -266,9 +262,7 @@ at::Tensor& histc_out_kernel(const at::Tensor& self, int64_t bins,
                              at::Tensor& out) {
   check_out_apart(out, {self});
   const at::Tensor counts = histc_kernel(self, bins, min, max);
-  at::native::resize_output(out, counts.sizes());
-  out.copy_(counts);
-  return out;
+  return write_result(counts, out);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

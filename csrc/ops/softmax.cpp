@@ -94,9 +94,7 @@ at::Tensor& softmax_out_kernel(const at::Tensor& self, int64_t dim,
   at::assert_no_internal_overlap(out);
   at::assert_no_partial_overlap(out, self);  // in place is row by row
   at::Tensor r = softmax_kernel(self, dim, half_to_float);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return write_result(r, out);
 }
 
 at::Tensor& log_softmax_out_kernel(const at::Tensor& self, int64_t dim,
@@ -104,9 +102,7 @@ at::Tensor& log_softmax_out_kernel(const at::Tensor& self, int64_t dim,
   at::assert_no_internal_overlap(out);
   at::assert_no_partial_overlap(out, self);  // in place is row by row
   at::Tensor r = log_softmax_kernel(self, dim, half_to_float);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return write_result(r, out);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
