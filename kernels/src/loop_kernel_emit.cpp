@@ -33,9 +33,44 @@ bool commutative(rt::VecOp op) {
 
 }  // namespace
 
+namespace {
+
+// Loads that may share a tile: from device memory, of a buffer the kernel
+// never writes (a store between two loads would change what they read),
+// outside reductions over several dims (whose loads move with their
+// reduced-outer vars).
+std::vector<uint32_t> share_equal_loads(const LoopKernel& k) {
+  std::vector<uint32_t> canonical(k.ops.size());
+  std::set<std::string> written;
+  for (const LoopStore& st : k.stores) written.insert(st.buffer);
+  using Key = std::pair<std::string, std::vector<int64_t>>;
+  std::map<Key, uint32_t> first;
+  for (uint32_t id = 0; id < k.ops.size(); ++id) {
+    canonical[id] = id;
+    const LoopOp& op = k.ops[id];
+    if (op.kind != LoopOpKind::kLoad || !op.access ||
+        written.count(op.buffer) || !k.nodes[op.node].reduced_outer.empty()) {
+      continue;
+    }
+    Key key{op.buffer, op.access->base};
+    for (const AccessVar& v : op.access->vars) {
+      key.second.insert(key.second.end(),
+                        {static_cast<int64_t>(v.role), v.index, v.dim, v.step});
+    }
+    canonical[id] = first.try_emplace(key, id).first->second;
+  }
+  return canonical;
+}
+
+}  // namespace
+
 BlockEmitter::BlockEmitter(const LoopKernel& kernel, CoreBuilder* out,
                            uint64_t region, RegionAllocator& alloc)
-    : k_(kernel), out_(out), region_(region), alloc_(alloc) {}
+    : k_(kernel),
+      canonical_(share_equal_loads(kernel)),
+      out_(out),
+      region_(region),
+      alloc_(alloc) {}
 
 void BlockEmitter::fail(const std::string& what) const {
   throw KernelBuildError(rt::str(k_.name, ": ", what));
@@ -124,8 +159,8 @@ void BlockEmitter::block(const Fixed& fixed, int64_t r0, int64_t R,
     if (reachable[op]) return;
     reachable[op] = true;
     for (uint32_t a : k_.ops[op].args) {
-      ++remaining[a];
-      mark(a);
+      ++remaining[canonical_[a]];
+      mark(canonical_[a]);
     }
   };
   for (const LoopStore& st : k_.stores) {
@@ -135,11 +170,13 @@ void BlockEmitter::block(const Fixed& fixed, int64_t r0, int64_t R,
   std::map<uint32_t, TileId> bound;  // op -> its tile
   std::map<TileId, int64_t> refs;    // tile -> live ops (and keeps) using it
   const auto release = [&](uint32_t op) {
+    op = canonical_[op];
     if (--remaining[op] != 0) return;
     auto it = bound.find(op);
     if (it != bound.end() && --refs[it->second] == 0) free_tile(it->second);
   };
   Eval ev = [&](uint32_t op) -> TileId {
+    op = canonical_[op];
     auto it = bound.find(op);
     if (it != bound.end()) return it->second;
     const TileId t = compute(op, ev, s);

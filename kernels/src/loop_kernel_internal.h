@@ -146,6 +146,10 @@ class BlockEmitter {
   [[noreturn]] void fail(const std::string& what) const;
 
   const LoopKernel& k_;
+  // op -> the op whose tile it shares: loads of one buffer at one access
+  // read the same sticks, so a block loads them once (the compiler emits a
+  // load per use: softmax names its input three times)
+  std::vector<uint32_t> canonical_;
   CoreBuilder* out_;
   uint64_t region_;
   RegionAllocator& alloc_;
