@@ -258,6 +258,9 @@ void validate_loop_kernel(const LoopKernel& k) {
         b.host_sizes.size() == b.dim_stride_bytes.size(), k,
         rt::str("buffer ", b.name, " has ", b.host_sizes.size(),
                 " host sizes but ", b.dim_stride_bytes.size(), " dim strides"));
+    check(b.offset_bytes % rt::kStickBytes == 0, k,
+          rt::str("buffer ", b.name, " starts ", b.offset_bytes,
+                  " bytes into its slot, not at a stick"));
   }
   for (size_t i = 0; i < k.ops.size(); ++i) {
     const LoopOp& op = k.ops[i];

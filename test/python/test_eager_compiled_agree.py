@@ -1,0 +1,45 @@
+"""Eager ops and their compiled form are built by the same kernel library
+(kernels/: build_loop_kernel); where the eager op describes its program as
+the compiler describes the op's graph, the two agree bit for bit. Aligned
+and ragged shapes, fp16/bf16/fp32."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ops_testing import FLOATS, rand
+
+SHAPES = [(256, 1024), (100, 300), (3, 7, 90)]
+
+
+def _compiled(fn, *args):
+    torch._dynamo.reset()
+    with torch.spyre.strict():
+        return torch.compile(fn, backend="spyre")(*args)
+
+
+def _eager(fn, *args):
+    with torch.spyre.strict():
+        return fn(*args)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_layer_norm_bit_for_bit(dtype, shape):
+    n = shape[-1]
+    x, w, b = (rand(s, dtype).to("spyre") for s in (shape, (n,), (n,)))
+    for fn, args in ((lambda x: F.layer_norm(x, (n,)), (x,)),
+                     (lambda x, w, b: F.layer_norm(x, (n,), w, b), (x, w, b))):
+        eager, compiled = _eager(fn, *args), _compiled(fn, *args)
+        assert torch.equal(eager.cpu(), compiled.cpu())
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rms_norm_without_weight_bit_for_bit(dtype, shape):
+    # (with a weight, PyTorch's decomposition the compiler sees rounds before
+    # the weight, where the CPU's and spyre's eager kernels round once)
+    n = shape[-1]
+    x = rand(shape, dtype).to("spyre")
+    fn = lambda x: F.rms_norm(x, (n,), eps=1e-6)  # noqa: E731
+    assert torch.equal(_eager(fn, x).cpu(), _compiled(fn, x).cpu())
