@@ -4,8 +4,10 @@
 #include <cmath>
 #include <functional>
 #include <stdexcept>
+#include <utility>
 
 #include "loop_kernel_internal.h"
+#include "spyre/kernels/key.h"
 #include "spyre/runtime/error.h"
 
 namespace spyre::kernels::loop {
@@ -35,29 +37,44 @@ bool commutative(rt::VecOp op) {
 
 namespace {
 
-// Loads that may share a tile: from device memory, of a buffer the kernel
-// never writes (a store between two loads would change what they read),
-// outside reductions over several dims (whose loads move with their
-// reduced-outer vars).
-std::vector<uint32_t> share_equal_loads(const LoopKernel& k) {
+// Ops that compute the same value share one tile: the compiler's bodies
+// name a load per use and recompute a value in each node that needs it
+// (softmax: its input three times, exp(x - max) twice). Excluded: loads of a
+// buffer the kernel writes (a store between two loads changes what they
+// read) unless kept values of a buffer stored once, reductions, and the ops
+// of reductions over several dims (which move with their reduced-outer
+// vars).
+std::vector<uint32_t> share_equal_values(const LoopKernel& k) {
+  std::map<std::string, int> stores;
+  for (const LoopStore& st : k.stores) ++stores[st.buffer];
   std::vector<uint32_t> canonical(k.ops.size());
-  std::set<std::string> written;
-  for (const LoopStore& st : k.stores) written.insert(st.buffer);
-  using Key = std::pair<std::string, std::vector<int64_t>>;
-  std::map<Key, uint32_t> first;
+  std::map<std::string, uint32_t, std::less<>> first;
+  KeyWriter key;
   for (uint32_t id = 0; id < k.ops.size(); ++id) {
     canonical[id] = id;
     const LoopOp& op = k.ops[id];
-    if (op.kind != LoopOpKind::kLoad || !op.access ||
-        written.count(op.buffer) || !k.nodes[op.node].reduced_outer.empty()) {
+    const bool rewritten_load =
+        op.kind == LoopOpKind::kLoad &&
+        (op.access ? stores.count(op.buffer) > 0 : stores[op.buffer] != 1);
+    if (rewritten_load || op.kind == LoopOpKind::kReduction ||
+        !k.nodes[op.node].reduced_outer.empty()) {
       continue;
     }
-    Key key{op.buffer, op.access->base};
-    for (const AccessVar& v : op.access->vars) {
-      key.second.insert(key.second.end(),
-                        {static_cast<int64_t>(v.role), v.index, v.dim, v.step});
+    key.clear();
+    key.add(op.kind).add(op.name).add(op.dtype.has_value());
+    if (op.dtype) key.add(*op.dtype);
+    key.add(op.to_float).add(op.value).add(op.buffer).add(op.constant);
+    for (uint32_t a : op.args) key.add(canonical[a]);
+    if (op.access) {
+      key.add_list(op.access->base);
+      for (const AccessVar& v : op.access->vars) {
+        key.add(v.role).add(v.index).add(v.dim).add(v.step);
+      }
     }
-    canonical[id] = first.try_emplace(key, id).first->second;
+    for (const IndexTerm& t : op.terms)
+      key.add(t.role).add(t.index).add(t.coeff);
+    canonical[id] =
+        first.try_emplace(std::string(key.bytes()), id).first->second;
   }
   return canonical;
 }
@@ -67,7 +84,7 @@ std::vector<uint32_t> share_equal_loads(const LoopKernel& k) {
 BlockEmitter::BlockEmitter(const LoopKernel& kernel, CoreBuilder* out,
                            uint64_t region, RegionAllocator& alloc)
     : k_(kernel),
-      canonical_(share_equal_loads(kernel)),
+      canonical_(share_equal_values(kernel)),
       out_(out),
       region_(region),
       alloc_(alloc) {}
@@ -164,11 +181,13 @@ void BlockEmitter::block(const Fixed& fixed, int64_t r0, int64_t R,
     }
   };
   for (const LoopStore& st : k_.stores) {
-    ++remaining[st.value];
-    mark(st.value);
+    ++remaining[canonical_[st.value]];
+    mark(canonical_[st.value]);
   }
   std::map<uint32_t, TileId> bound;  // op -> its tile
   std::map<TileId, int64_t> refs;    // tile -> live ops (and keeps) using it
+  remaining_ = &remaining;
+  bound_ = &bound;
   const auto release = [&](uint32_t op) {
     op = canonical_[op];
     if (--remaining[op] != 0) return;
@@ -205,6 +224,23 @@ void BlockEmitter::block(const Fixed& fixed, int64_t r0, int64_t R,
   for (const auto& [name, t] : kept_) free_tile(t);
 }
 
+// A rounding folds into the op that makes its value when that op is one
+// vector instruction whose fp32 result nothing else reads: the instruction
+// writes the rounded dtype itself (the same one rounding, one pass fewer).
+bool BlockEmitter::rounding_folds_into(uint32_t src) const {
+  const LoopOp& op = k_.ops[src];
+  if (remaining_ == nullptr || (*remaining_)[src] != 1 || bound_->count(src) ||
+      !k_.nodes[op.node].reduced_outer.empty()) {
+    return false;
+  }
+  if (op.kind == LoopOpKind::kBinary) {
+    return op.dtype == kF32;
+  }
+  if (op.kind != LoopOpKind::kUnary || op.name == "square") return false;
+  const auto vop = vec_op_from_name(op.name);
+  return vop && rt::vec_op_arity(*vop) == 1 && op.name != "logical_not";
+}
+
 BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
                                            const Shape& s) {
   const LoopOp& op = k_.ops[id];
@@ -222,6 +258,11 @@ BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
     case LoopOpKind::kIndex:
       return index_tile(op, s);
     case LoopOpKind::kToDtype: {
+      if (op.dtype && !op.to_float && rt::is_floating(*op.dtype) &&
+          rounding_folds_into(canonical_[op.args[0]])) {
+        write_dtype_ = *op.dtype;
+        return ev(op.args[0]);
+      }
       const TileId src = ev(op.args[0]);
       if (op.to_float && rt::is_floating(tiles_[src].dtype)) {
         return src;  // tiles compute in fp32 already
@@ -337,8 +378,10 @@ BlockEmitter::TileId BlockEmitter::index_tile(const LoopOp& op,
 BlockEmitter::TileId BlockEmitter::unary(const std::string& name, TileId x,
                                          const Shape& s) {
   const int64_t rows = rows_of(x, s), cols = cols_of(x, s);
-  const TileId dst = new_tile(name == "logical_not" ? rt::DType::kBool : kF32,
-                              tiles_[x].has_rows, tiles_[x].has_cols);
+  const rt::DType write =
+      std::exchange(write_dtype_, std::nullopt)
+          .value_or(name == "logical_not" ? rt::DType::kBool : kF32);
+  const TileId dst = new_tile(write, tiles_[x].has_rows, tiles_[x].has_cols);
   using rt::VecOp;
   if (name == "exp2") {
     vec(VecOp::kMul, dst, {x}, rows, cols, std::log(2.0));
@@ -369,6 +412,8 @@ BlockEmitter::TileId BlockEmitter::binary(const LoopOp& op, const Eval& ev,
   if (!vop || rt::vec_op_arity(*vop) != 2) {
     fail(rt::str("op '", op.name, "' has no device lowering"));
   }
+  const rt::DType dst_dtype =
+      std::exchange(write_dtype_, std::nullopt).value_or(*op.dtype);
   uint32_t a = op.args[0], b = op.args[1];
   const auto is_constant = [&](uint32_t x) {
     return k_.ops[x].kind == LoopOpKind::kConstant;
@@ -387,7 +432,7 @@ BlockEmitter::TileId BlockEmitter::binary(const LoopOp& op, const Eval& ev,
     hr = hr || tiles_[t].has_rows;
     hc = hc || tiles_[t].has_cols;
   }
-  const TileId dst = new_tile(*op.dtype, hr, hc);
+  const TileId dst = new_tile(dst_dtype, hr, hc);
   vec(*vop, dst, srcs, hr ? s.R : 1, hc ? s.K : 1, imm);
   return dst;
 }

@@ -146,9 +146,7 @@ class BlockEmitter {
   [[noreturn]] void fail(const std::string& what) const;
 
   const LoopKernel& k_;
-  // op -> the op whose tile it shares: loads of one buffer at one access
-  // read the same sticks, so a block loads them once (the compiler emits a
-  // load per use: softmax names its input three times)
+  // op -> the op whose tile it shares (ops computing the same value)
   std::vector<uint32_t> canonical_;
   CoreBuilder* out_;
   uint64_t region_;
@@ -158,6 +156,13 @@ class BlockEmitter {
   std::map<std::string, TileId> kept_;               // in-kernel buffers
   std::map<uint32_t, std::vector<TileId>> welford_;  // value op -> parts
   std::optional<RingSplit> ring_;
+  // the block's uses left per op and the ops' tiles (set by block())
+  const std::vector<int64_t>* remaining_ = nullptr;
+  const std::map<uint32_t, TileId>* bound_ = nullptr;
+  // the dtype the next single-instruction op writes its result in (a
+  // rounding it feeds alone, folded into it)
+  std::optional<rt::DType> write_dtype_;
+  bool rounding_folds_into(uint32_t src) const;
 };
 
 const LoopBuffer* find_buffer(const LoopKernel& kernel, const std::string& name,

@@ -102,7 +102,7 @@ void RowKernelWriter::rows_operand(const std::string& name, const Matrix& m,
                                    bool is_output) {
   const auto strides = reshape_strides(row_space(m), row_sizes_);
   // one column: a value per row, the same for every column
-  const bool per_row = m.cols == 1;
+  const bool per_row = m.cols == 1 && *k_.cols != 1;
   if (m.rows != product(row_sizes_) || !strides ||
       (!per_row && m.cols != static_cast<uint64_t>(*k_.cols))) {
     throw KernelBuildError(rt::str(k_.name, ": ", name, " (", m.rows, " x ",

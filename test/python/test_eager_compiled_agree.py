@@ -43,3 +43,26 @@ def test_rms_norm_without_weight_bit_for_bit(dtype, shape):
     x = rand(shape, dtype).to("spyre")
     fn = lambda x: F.rms_norm(x, (n,), eps=1e-6)  # noqa: E731
     assert torch.equal(_eager(fn, x).cpu(), _compiled(fn, x).cpu())
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_bit_for_bit(dtype, shape, log):
+    x = (rand(shape, dtype) * 3).to("spyre")
+    fn = (lambda x: F.log_softmax(x, -1)) if log else (lambda x: F.softmax(x, -1))
+    assert torch.equal(_eager(fn, x).cpu(), _compiled(fn, x).cpu())
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_softmax_is_the_cpus(dtype):
+    # exp(x - max) * (1 / sum), as PyTorch's CPU kernel: fp32 results within
+    # a few ulps of the CPU's (whose vectorised exp is itself within an ulp),
+    # 16-bit results within one ulp of the CPU's fp32 math rounded
+    a = rand((33, 130), dtype) * 3
+    want = F.softmax(a.float(), -1).to(dtype)
+    for got in (_eager(lambda x: F.softmax(x, -1), a.to("spyre")),
+                _compiled(lambda x: F.softmax(x, -1), a.to("spyre"))):
+        torch.testing.assert_close(got.cpu(), want, rtol=4e-7 if dtype == torch.float32
+                                   else 0, atol=0 if dtype == torch.float32 else
+                                   torch.finfo(dtype).eps)
