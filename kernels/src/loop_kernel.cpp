@@ -322,46 +322,33 @@ LoopKernelProgram build_loop_kernel(const LoopKernel& k,
   const int64_t cores_for_rows = std::max<int64_t>(1, num_cores / n_outer);
   int64_t rc = (rows + cores_for_rows - 1) / cores_for_rows;
   rc = std::min(rows, (rc + q - 1) / q * q);
-  // the largest row block (a multiple of q, at most rc) whose regions fit,
-  // double buffered when any does
-  const loop::Fixed first{std::vector<int64_t>(k.outer.size(), 0), {}};
-  const auto need_for = [&](int64_t r) {
-    loop::RegionAllocator alloc;
-    loop::BlockEmitter(k, nullptr, 0, alloc).block(first, 0, r, r);
-    return alloc.peak();
-  };
-  const auto largest_fitting = [&](uint64_t regions) -> std::optional<int64_t> {
-    int64_t lo = 0, hi = (rc + q - 1) / q;  // in blocks of q rows
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (regions * need_for(std::min(rc, mid * q)) <= budget) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    if (lo == 0) return std::nullopt;
-    return std::min(rc, lo * q);
-  };
+  // the largest row block (a multiple of q) whose regions fit, double
+  // buffered when possible
   bool double_buffer = options.double_buffer;
-  std::optional<int64_t> fitting =
-      double_buffer ? largest_fitting(2) : std::nullopt;
-  if (!fitting) {
-    double_buffer = false;
-    fitting = largest_fitting(1);
+  const loop::Fixed first{std::vector<int64_t>(k.outer.size(), 0), {}};
+  uint64_t need = 0;
+  while (true) {
+    loop::RegionAllocator alloc;
+    loop::BlockEmitter(k, nullptr, 0, alloc).block(first, 0, rc, rc);
+    need = alloc.peak();
+    if (double_buffer && 2 * need <= budget) break;
+    if (need <= budget && (rc <= q || rc == 1 || !double_buffer)) {
+      double_buffer = false;
+      break;
+    }
+    if (rc <= q || rc == 1) {
+      throw LoopKernelTooLarge(rt::str(
+          k.name, ": a block of ", rc, " row(s) x ", k.col_count(),
+          " column(s) needs ", need, " bytes of scratchpad per core but ",
+          budget, " are available (",
+          rt::format_bytes(target.chip.scratchpad_bytes), " minus the ",
+          reserve / 1024,
+          " KiB reserve); the kernel cannot be lowered without splitting its "
+          "reduced/column dim"));
+    }
+    rc = q > 1 ? std::max(q, (rc / 2 + q - 1) / q * q)
+               : std::max<int64_t>(1, rc / 2);
   }
-  if (!fitting) {
-    throw LoopKernelTooLarge(rt::str(
-        k.name, ": a block of ", std::min(rc, q), " row(s) x ", k.col_count(),
-        " column(s) needs ", need_for(std::min(rc, q)),
-        " bytes of scratchpad per core but ", budget, " are available (",
-        rt::format_bytes(target.chip.scratchpad_bytes), " minus the ",
-        reserve / 1024,
-        " KiB reserve); the kernel cannot be lowered without splitting its "
-        "reduced/column dim"));
-  }
-  rc = *fitting;
-  const uint64_t need = need_for(rc);
   const uint64_t region = need;
   const uint32_t ring = ring_cores(k, num_cores);
   if (ring > 1) return build_ring_reduction(k, target, ring, budget);

@@ -188,6 +188,7 @@ void BlockEmitter::block(const Fixed& fixed, int64_t r0, int64_t R,
   std::map<TileId, int64_t> refs;    // tile -> live ops (and keeps) using it
   remaining_ = &remaining;
   bound_ = &bound;
+  refs_ = &refs;
   const auto release = [&](uint32_t op) {
     op = canonical_[op];
     if (--remaining[op] != 0) return;
@@ -241,6 +242,17 @@ bool BlockEmitter::rounding_folds_into(uint32_t src) const {
   return vop && rt::vec_op_arity(*vop) == 1 && op.name != "logical_not";
 }
 
+std::optional<BlockEmitter::TileId> BlockEmitter::dying_tile(
+    uint32_t arg) const {
+  arg = canonical_[arg];
+  if (remaining_ == nullptr || (*remaining_)[arg] != 1) return std::nullopt;
+  const auto op = bound_->find(arg);
+  if (op == bound_->end() || !tiles_[op->second].alloc) return std::nullopt;
+  const auto ref = refs_->find(op->second);
+  if (ref == refs_->end() || ref->second != 1) return std::nullopt;
+  return op->second;
+}
+
 BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
                                            const Shape& s) {
   const LoopOp& op = k_.ops[id];
@@ -286,7 +298,10 @@ BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
         vec(rt::VecOp::kMul, dst, {x, x}, rows_of(dst, s), cols_of(dst, s));
         return dst;
       }
-      return unary(op.name, ev(op.args[0]), s);
+      {
+        const TileId x = ev(op.args[0]);
+        return unary(op.name, x, s, dying_tile(op.args[0]));
+      }
     case LoopOpKind::kBinary:
       return binary(op, ev, s);
     case LoopOpKind::kSelect: {
@@ -376,12 +391,16 @@ BlockEmitter::TileId BlockEmitter::index_tile(const LoopOp& op,
 }
 
 BlockEmitter::TileId BlockEmitter::unary(const std::string& name, TileId x,
-                                         const Shape& s) {
+                                         const Shape& s,
+                                         std::optional<TileId> reuse) {
   const int64_t rows = rows_of(x, s), cols = cols_of(x, s);
   const rt::DType write =
       std::exchange(write_dtype_, std::nullopt)
           .value_or(name == "logical_not" ? rt::DType::kBool : kF32);
-  const TileId dst = new_tile(write, tiles_[x].has_rows, tiles_[x].has_cols);
+  const TileId dst =
+      reuse && tiles_[*reuse].dtype == write
+          ? *reuse
+          : new_tile(write, tiles_[x].has_rows, tiles_[x].has_cols);
   using rt::VecOp;
   if (name == "exp2") {
     vec(VecOp::kMul, dst, {x}, rows, cols, std::log(2.0));
@@ -432,9 +451,19 @@ BlockEmitter::TileId BlockEmitter::binary(const LoopOp& op, const Eval& ev,
     hr = hr || tiles_[t].has_rows;
     hc = hc || tiles_[t].has_cols;
   }
-  const TileId dst = new_tile(dst_dtype, hr, hc);
-  vec(*vop, dst, srcs, hr ? s.R : 1, hc ? s.K : 1, imm);
-  return dst;
+  // the result overwrites a source of its own shape and dtype that dies here
+  std::optional<TileId> dst;
+  for (uint32_t arg : {a, b}) {
+    if (is_constant(arg) || dst) continue;
+    const auto t = dying_tile(arg);
+    if (t && tiles_[*t].dtype == dst_dtype && tiles_[*t].has_rows == hr &&
+        tiles_[*t].has_cols == hc) {
+      dst = t;
+    }
+  }
+  if (!dst) dst = new_tile(dst_dtype, hr, hc);
+  vec(*vop, *dst, srcs, hr ? s.R : 1, hc ? s.K : 1, imm);
+  return *dst;
 }
 
 void BlockEmitter::store(const LoopStore& st, TileId value, const Shape& s) {
