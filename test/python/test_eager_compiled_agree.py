@@ -66,3 +66,12 @@ def test_softmax_is_the_cpus(dtype):
         torch.testing.assert_close(got.cpu(), want, rtol=4e-7 if dtype == torch.float32
                                    else 0, atol=0 if dtype == torch.float32 else
                                    torch.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_row_reductions_bit_for_bit(dtype, shape):
+    x = rand(shape, dtype).to("spyre")
+    for fn in (lambda x: x.sum(-1), lambda x: x.amax(-1), lambda x: x.amin(-1),
+               lambda x: x.mean(-1), lambda x: x.sum(-1, keepdim=True)):
+        assert torch.equal(_eager(fn, x).cpu(), _compiled(fn, x).cpu())
