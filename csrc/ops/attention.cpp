@@ -8,6 +8,7 @@
 // return. Registered for AutogradPrivateUse1 as well, so the backward is the
 // decomposition's (autograd differentiates the operators it is made of).
 #include <ATen/SDPBackend.h>
+#include <ATen/ops/_safe_softmax.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/empty.h>
@@ -15,7 +16,6 @@
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/ones.h>
-#include <ATen/ops/softmax.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -95,7 +95,9 @@ fused_attention(const at::Tensor& query, const at::Tensor& key,
                  : at::add(scores, *attn_bias);
   }
   at::Tensor logsumexp = at::logsumexp(scores.to(at::kFloat), {-1});
-  at::Tensor attention = at::softmax(scores, -1);
+  // A row masked everywhere attends to nothing (zeros, not NaN), as in
+  // PyTorch's math path.
+  at::Tensor attention = at::_safe_softmax(scores, -1);
   if (dropout_p > 0.0) attention = at::dropout(attention, dropout_p, true);
   at::Tensor output = at::matmul(attention, v);
   const auto none = at::empty({0}, query.options().dtype(at::kLong));

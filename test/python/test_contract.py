@@ -358,6 +358,10 @@ def test_sdpa_selects_the_overrideable_backend():
     q, k, v = (t.to("spyre") for t in _qkv())
     assert torch._fused_sdp_choice(q, k, v) == torch._C._SDPBackend.OVERRIDEABLE.value
     out = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(q, k, v)
+    masked = torch.ones(5, 7, dtype=torch.bool, device="spyre")
+    masked[1] = False
+    direct = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(q, k, v, masked)
+    assert torch.equal(direct[0][:, :, 1].cpu(), torch.zeros(2, 4, 8))
     cpu = F.scaled_dot_product_attention(*_qkv())
     _close(out[0], cpu)
     # The row logsumexp (float32) the fused kernels return.
@@ -367,7 +371,7 @@ def test_sdpa_selects_the_overrideable_backend():
 
 
 @pytest.mark.parametrize("case", ["plain", "float_mask", "bool_mask", "causal",
-                                  "causal_square", "gqa", "scale"])
+                                  "causal_square", "gqa", "scale", "masked_row"])
 def test_sdpa_forward_matches_cpu(case):
     q, k, v = _qkv(kv_heads=2 if case == "gqa" else 4,
                    source=5 if case == "causal_square" else 7)
@@ -384,6 +388,10 @@ def test_sdpa_forward_matches_cpu(case):
         kwargs["enable_gqa"] = True
     elif case == "scale":
         kwargs["scale"] = 0.3
+    elif case == "masked_row":  # a query that may attend to nothing: zeros
+        mask = torch.ones(5, 7, dtype=torch.bool)
+        mask[2] = False
+        kwargs["attn_mask"] = mask
     expected = F.scaled_dot_product_attention(q, k, v, **kwargs)
     spyre_kwargs = {n: (t.to("spyre") if isinstance(t, torch.Tensor) else t)
                     for n, t in kwargs.items()}
