@@ -415,3 +415,21 @@ def test_sdpa_gqa_without_enable_gqa_is_pytorchs_error():
     q, k, v = (t.to("spyre") for t in _qkv(kv_heads=2))
     with pytest.raises(RuntimeError, match="must match the size"):
         F.scaled_dot_product_attention(q, k, v)
+
+
+def test_autocast_backward_matches_cpu_autocast():
+    grads = {}
+    for device in ("cpu", "spyre"):
+        torch.manual_seed(8)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                    torch.nn.Linear(32, 4)).to(device)
+        x = torch.randn(8, 16).to(device)
+        with torch.autocast(device, dtype=torch.float16):
+            out = model(x)
+            loss = F.cross_entropy(out, torch.arange(8, device=device) % 4)
+        assert out.dtype == torch.float16 and loss.dtype == torch.float32
+        loss.backward()
+        grads[device] = [p.grad for p in model.parameters()]
+    for spyre_grad, cpu_grad in zip(grads["spyre"], grads["cpu"]):
+        assert spyre_grad.dtype == torch.float32
+        _close(spyre_grad, cpu_grad, atol=1e-2, rtol=1e-2)
