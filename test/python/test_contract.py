@@ -295,10 +295,11 @@ def test_recurrent_layers_match_cpu(kind):
         _close(state, expected_state.detach())
 
 
-def test_lstm_backward_matches_cpu():
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_recurrent_backward_matches_cpu(kind):
     torch.manual_seed(5)
-    cpu_layer = torch.nn.LSTM(6, 3)
-    spyre_layer = torch.nn.LSTM(6, 3)
+    cpu_layer = getattr(torch.nn, kind)(6, 3)
+    spyre_layer = getattr(torch.nn, kind)(6, 3)
     spyre_layer.load_state_dict(cpu_layer.state_dict())
     spyre_layer.to("spyre")
     x = torch.randn(2, 1, 6)
