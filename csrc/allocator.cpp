@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <unordered_map>
 
 #include "device_state.h"
 #include "pinned_host.h"
@@ -27,9 +28,28 @@ DeviceCounters& counters(c10::DeviceIndex index) {
   return all[index];
 }
 
+// Every live allocation by (device, address), so that a storage PyTorch
+// wrapped around a spyre address with a deleter of its own (a tensor
+// imported through DLPack, whose deleter releases the exporting tensor)
+// finds the allocation, and its layout, of the storage it shares.
+struct LiveAllocations {
+  std::mutex mutex;
+  std::unordered_map<rt::DevicePtr, const Allocation*> by_ptr[kMaxDevices];
+};
+
+LiveAllocations& live_allocations() {
+  static auto* live = new LiveAllocations;  // outlives static destructors
+  return *live;
+}
+
 void delete_allocation(void* context) {
   auto* allocation = static_cast<Allocation*>(context);
   if (allocation->ptr != 0) {
+    {
+      LiveAllocations& live = live_allocations();
+      const std::lock_guard<std::mutex> lock(live.mutex);
+      live.by_ptr[allocation->device].erase(allocation->ptr);
+    }
     try {
       runtime_allocator(allocation->device).free(allocation->ptr);
       counters(allocation->device).freed_bytes +=
@@ -204,6 +224,9 @@ c10::DataPtr allocate_with_layout(c10::DeviceIndex device,
       }
     });
     counters(device).allocated_bytes += static_cast<int64_t>(bytes);
+    LiveAllocations& live = live_allocations();
+    const std::lock_guard<std::mutex> lock(live.mutex);
+    live.by_ptr[device][allocation->ptr] = allocation.get();
   }
   void* data = reinterpret_cast<void*>(allocation->ptr);
   return {data, allocation.release(), &delete_allocation,
@@ -212,11 +235,36 @@ c10::DataPtr allocate_with_layout(c10::DeviceIndex device,
 
 const Allocation& allocation_of(const c10::Storage& storage) {
   const c10::DataPtr& data = storage.data_ptr();
-  TORCH_CHECK(data.device().type() == kSpyre &&
-                  data.get_deleter() == &delete_allocation,
+  TORCH_CHECK(data.device().type() == kSpyre,
+              "spyre: expected a spyre storage, got one on ", data.device());
+  if (data.get_deleter() == &delete_allocation) {
+    return *static_cast<const Allocation*>(data.get_context());
+  }
+  // A storage wrapped around a spyre address by PyTorch (torch.from_dlpack):
+  // the allocation it shares, which the wrapper's deleter keeps alive. The
+  // device layout describes the whole allocation, so only a storage that is
+  // the whole of it can use it.
+  const auto ptr = reinterpret_cast<rt::DevicePtr>(data.get());
+  const c10::DeviceIndex device = resolve_device_index(data.device().index());
+  const Allocation* allocation = nullptr;
+  {
+    LiveAllocations& live = live_allocations();
+    const std::lock_guard<std::mutex> lock(live.mutex);
+    const auto found = live.by_ptr[device].find(ptr);
+    if (found != live.by_ptr[device].end()) allocation = found->second;
+  }
+  TORCH_CHECK(ptr != 0 && (allocation != nullptr ||
+                           runtime_allocator(device).find(ptr).bytes > 0),
               "spyre: storage on ", data.device(),
               " was not allocated by the spyre allocator");
-  return *static_cast<const Allocation*>(data.get_context());
+  TORCH_CHECK(allocation != nullptr &&
+                  allocation->layout->host_bytes() == storage.nbytes(),
+              "spyre: this tensor shares part of a spyre storage through "
+              "DLPack (a view with a storage offset or of fewer elements "
+              "than its storage), which the device cannot address on its "
+              "own; export a whole tensor (x.clone() or x.contiguous() "
+              "before to_dlpack) or use the view directly");
+  return *allocation;
 }
 
 void record_stream(const c10::DataPtr& data, const c10::Stream& stream) {

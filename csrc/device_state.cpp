@@ -86,11 +86,11 @@ void explain_no_devices() {
 void check_device_index(c10::DeviceIndex index) {
   const c10::DeviceIndex count = device_count();
   if (count == 0) explain_no_devices();
-  TORCH_CHECK_VALUE(index >= 0 && index < count, "spyre: device index ",
-                    int(index), " is out of range; this process has ",
-                    int(count),
-                    " spyre device(s) (the sim backend reads their number from "
-                    "SPYRE_SIM_DEVICES)");
+  // RuntimeError, as CUDA's "invalid device ordinal".
+  TORCH_CHECK(index >= 0 && index < count, "spyre: device index ", int(index),
+              " is out of range; this process has ", int(count),
+              " spyre device(s) (the sim backend reads their number from "
+              "SPYRE_SIM_DEVICES)");
 }
 
 c10::DeviceIndex resolve_device_index(c10::DeviceIndex index) {

@@ -273,13 +273,16 @@ std::string python_dtype_name(at::ScalarType dtype) {
 // itself needs on a device (float64 for printing, int64 indices, bool
 // masks, ...), whose ops run through the CPU fallback. Complex, quantized
 // and sub-byte dtypes have no device representation.
-void check_supported_dtype(at::ScalarType dtype) {
+bool is_supported_dtype(at::ScalarType dtype) {
   const bool real =
       at::isFloatingType(dtype) || at::isIntegralType(dtype, true);
-  const bool representable =
-      real && !at::isQIntType(dtype) && !at::isBitsType(dtype) &&
-      (128 % c10::elementSize(dtype) == 0) && c10::elementSize(dtype) >= 1;
-  TORCH_CHECK_TYPE(representable, "spyre: dtype ", python_dtype_name(dtype),
+  return real && !at::isQIntType(dtype) && !at::isBitsType(dtype) &&
+         (128 % c10::elementSize(dtype) == 0) && c10::elementSize(dtype) >= 1;
+}
+
+void check_supported_dtype(at::ScalarType dtype) {
+  TORCH_CHECK_TYPE(is_supported_dtype(dtype), "spyre: dtype ",
+                   python_dtype_name(dtype),
                    " is not supported on the spyre device (it stores real "
                    "floating point, integer and bool dtypes; compute runs in "
                    "float16, bfloat16, float32 and int8)");

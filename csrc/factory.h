@@ -23,6 +23,8 @@ at::Tensor empty_with_layout(at::IntArrayRef sizes, at::ScalarType dtype,
 at::Tensor to_device_with_layout(const at::Tensor& src, c10::DeviceIndex device,
                                  DeviceLayout layout);
 
+// Whether the device can hold `dtype` (what get_device_capability reports).
+bool is_supported_dtype(at::ScalarType dtype);
 // Raises a clear error for dtypes the device cannot hold.
 void check_supported_dtype(at::ScalarType dtype);
 

@@ -6,6 +6,7 @@
 
 #include "allocator.h"
 #include "device_state.h"
+#include "factory.h"
 #include "spyre/runtime/stream.h"
 
 namespace spyre::torch_glue {
@@ -104,6 +105,21 @@ class SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
         "spyre: both events must be recorded before elapsed_time");
     return call_runtime(
         [&] { return as_event(end)->elapsed_ms_since(*as_event(start)); });
+  }
+
+  // torch.accelerator.get_device_capability: the dtypes a spyre tensor can
+  // hold (every device holds the same ones).
+  c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
+    check_spyre(device);
+    if (device.has_index()) check_device_index(device.index());
+    c10::DeviceCapability capability;
+    capability.capability_data.capability_bits = 0;
+#define SPYRE_CAPABILITY(_, name)                                \
+  capability.capability_data.supported_scalar_types.has_##name = \
+      is_supported_dtype(c10::ScalarType::name) ? 1 : 0;
+    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS(SPYRE_CAPABILITY)
+#undef SPYRE_CAPABILITY
+    return capability;
   }
 
   void recordDataPtrOnStream(const c10::DataPtr& data,

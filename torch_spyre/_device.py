@@ -25,7 +25,8 @@ def _index(device=None, optional=True):
         index = _C.current_device() if device.index is None else device.index
     count = _C.device_count()
     if not 0 <= index < count:
-        raise ValueError(
+        # RuntimeError, as torch.cuda raises for an invalid device ordinal.
+        raise RuntimeError(
             f"torch.spyre: device index {index} is out of range; this process has "
             f"{count} spyre device(s) (the sim backend reads the number from SPYRE_SIM_DEVICES)")
     return index
@@ -89,6 +90,26 @@ def get_device_properties(device=None):
 
 def get_device_name(device=None):
     return get_device_properties(device).name
+
+
+def get_device_capability(device=None):
+    """What the device supports, as torch.accelerator.get_device_capability
+    reports it: ``{"supported_dtypes": set of torch.dtype}``, the dtypes a
+    spyre tensor can hold (compute runs in float16, bfloat16, float32 and
+    int8; the others are stored and computed through the CPU fallback)."""
+    return torch._C._accelerator_getDeviceCapability(_index(device))
+
+
+# --- autocast ---------------------------------------------------------------------
+
+def get_amp_supported_dtype():
+    """The dtypes torch.autocast("spyre", dtype=...) accepts: the device's
+    lower-precision compute types."""
+    return [torch.float16, torch.bfloat16]
+
+
+def is_bf16_supported(including_emulation=True):
+    return True
 
 
 class _DeviceProperties:
