@@ -106,7 +106,9 @@ void scatter_into(at::Tensor& out, int64_t d, const at::Tensor& index,
     source = source.narrow(d, 0, index.size(d)).movedim(d, -1);
     written = at::where(named, at::gather(source, -1, last), lines);
   }
-  lines.copy_(written);
+  // Written back in self's own dim order (a copy into the permuted view
+  // `lines` of a narrowed region is a case the copy kernel cannot address).
+  region.copy_(written.movedim(-1, d));
 }
 
 at::Tensor& scatter_out(const at::Tensor& self, int64_t dim,
