@@ -30,6 +30,7 @@
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/lt.h>
 #include <ATen/ops/mul.h>
+#include <ATen/ops/nonzero.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/where.h>
 #include <torch/library.h>
@@ -67,6 +68,51 @@ std::optional<IndexedDims> integer_indices(const at::Tensor& self,
     out.indices.push_back(index->to(self.device(), at::kLong));
   }
   if (out.dims.empty()) return std::nullopt;
+  return out;
+}
+
+bool is_mask(const std::optional<at::Tensor>& index) {
+  return index.has_value() && index->defined() &&
+         (index->scalar_type() == at::kBool ||
+          index->scalar_type() == at::kByte);
+}
+
+bool has_mask(const IndexList& list) {
+  for (size_t k = 0; k < list.size(); ++k) {
+    if (is_mask(list[k])) return true;
+  }
+  return false;
+}
+
+// Boolean and byte masks as the integer indices of their true elements
+// (nonzero on the device, which reads the count back), one index tensor
+// per dim the mask covers, as PyTorch expands them. nullopt for a 0-d mask
+// (x[True] adds a dim; the CPU fallback takes it).
+std::optional<IndexList> expand_masks(const at::Tensor& self,
+                                      const IndexList& list) {
+  IndexList out;
+  int64_t dim = 0;
+  for (size_t k = 0; k < list.size(); ++k) {
+    const std::optional<at::Tensor> index = list[k];
+    if (!is_mask(index)) {
+      out.push_back(index);
+      ++dim;
+      continue;
+    }
+    if (index->dim() == 0) return std::nullopt;
+    for (int64_t j = 0; j < index->dim(); ++j) {
+      TORCH_CHECK_INDEX(
+          dim + j < self.dim() && index->size(j) == self.size(dim + j),
+          "The shape of the mask ", index->sizes(), " at index ", j,
+          " does not match the shape of the indexed tensor ", self.sizes(),
+          " at index ", dim + j);
+    }
+    const at::Tensor positions = at::nonzero(index->to(self.device()));
+    for (int64_t j = 0; j < index->dim(); ++j) {
+      out.push_back(positions.select(1, j));
+    }
+    dim += index->dim();
+  }
   return out;
 }
 
@@ -122,6 +168,12 @@ bool dims_adjacent(const std::vector<int64_t>& dims) {
 }
 
 at::Tensor index_kernel(const at::Tensor& self, const IndexList& list) {
+  if (has_mask(list) && self.is_privateuseone() &&
+      has_device_dtype(self.scalar_type())) {
+    if (std::optional<IndexList> expanded = expand_masks(self, list)) {
+      return index_kernel(self, *expanded);
+    }
+  }
   TORCH_CHECK_INDEX(static_cast<int64_t>(list.size()) <= self.dim(),
                     "too many indices for tensor of dimension ", self.dim(),
                     " (got ", list.size(), ")");
@@ -372,17 +424,25 @@ at::Tensor& index_put_impl_(at::Tensor& self, const IndexList& list,
         &cpu_fallback, at::_ops::_index_put_impl_>::call(self, list, values,
                                                          accumulate, unsafe);
   };
-  if (accumulate || dims.size() != 1 || !values.is_privateuseone()) {
+  if (accumulate || dims.empty() || !values.is_privateuseone()) {
     return fallback();
   }
   const int64_t d = dims[0];
   const at::Tensor index = list[d]->to(self.device());
-  if (index.scalar_type() == at::kBool && index.sizes() == self.sizes() &&
-      values.numel() == 1 && has_device_dtype(self.scalar_type())) {
+  if (dims.size() == 1 && index.scalar_type() == at::kBool &&
+      index.sizes() == self.sizes() && values.numel() == 1 &&
+      has_device_dtype(self.scalar_type())) {
     self.copy_(
         at::where(index, values.reshape({}).to(self.scalar_type()), self));
     return self;
   }
+  if (has_mask(list) && has_device_dtype(self.scalar_type())) {
+    // x[mask] = values (xmod's language adapters): the mask's positions.
+    std::optional<IndexList> expanded = expand_masks(self, list);
+    if (!expanded) return fallback();
+    return index_put_impl_(self, *expanded, values, accumulate, unsafe);
+  }
+  if (dims.size() != 1) return fallback();
   if (index.scalar_type() != at::kLong || index.dim() != 1) return fallback();
   // Negative indices count from the end, as in Python (index_copy would
   // refuse them).
