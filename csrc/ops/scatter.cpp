@@ -17,6 +17,7 @@
 #include <ATen/ops/any.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
+#include <ATen/ops/clamp_min.h>
 #include <ATen/ops/div.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/eq.h>
@@ -193,7 +194,8 @@ void scatter_reduce_into(at::Tensor& out, int64_t d, const at::Tensor& index,
     if (include_self) reduced = at::add(own, reduced);
     if (reduction == Reduction::kMean) {
       at::Tensor count = at::sum(m.hits.to(compute), -1);
-      if (include_self) count = at::add(count, 1);
+      // Unnamed places keep their values: a count of 1 keeps them finite.
+      count = include_self ? at::add(count, 1) : at::clamp_min(count, 1);
       reduced = compute == at::kFloat ? at::div(reduced, count)
                                       : at::floor_divide(reduced, count);
     }

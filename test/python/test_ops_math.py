@@ -171,3 +171,40 @@ def test_floor_divide_of_mixture_of_experts_pairs():
 def test_floor_divide_by_zero_raises():
     with pytest.raises(RuntimeError, match="division by zero"):
         (torch.tensor([4, 5]).to("spyre") // torch.tensor([1, 0]).to("spyre")).cpu()
+
+
+@pytest.mark.parametrize("dtype", INTS[:3] + FLOATS, ids=str)
+def test_div_with_rounding_modes(dtype):
+    # JetMoE: token = pair.div(top_k, rounding_mode="trunc")
+    if dtype.is_floating_point:
+        a, b = (torch.randn(6, 45) * 20).to(dtype), (torch.randn(6, 45) * 3).to(dtype)
+        a[0, :4] = torch.tensor([INF, -INF, NAN, -0.0])
+        modes = ["trunc"]  # floor: the CPU's fmod formula (a counted fallback)
+    else:
+        a = torch.randint(-100, 100, (6, 45), dtype=dtype)
+        b = torch.randint(1, 9, (6, 45), dtype=dtype)
+        b[::2] = -b[::2]
+        modes = ["trunc", "floor"]
+    x, y = a.to("spyre"), b.to("spyre")
+    for mode in modes:
+        want = torch.div(a, b, rounding_mode=mode)
+        got = torch.div(x, y, rounding_mode=mode)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True, rtol=0, atol=0)
+        torch.testing.assert_close(x.div(3, rounding_mode=mode).cpu(),
+                                   a.div(3, rounding_mode=mode), equal_nan=True, rtol=0, atol=0)
+        torch.testing.assert_close(torch.div(offset_view(a), y, rounding_mode=mode).cpu(),
+                                   want, equal_nan=True, rtol=0, atol=0)
+        out = torch.empty(0, dtype=dtype).to("spyre")
+        torch.div(x, y, rounding_mode=mode, out=out)
+        torch.testing.assert_close(out.cpu(), want, equal_nan=True, rtol=0, atol=0)
+        z = x.clone()
+        z.div_(y, rounding_mode=mode)
+        torch.testing.assert_close(z.cpu(), want, equal_nan=True, rtol=0, atol=0)
+    # trunc of negative quotients keeps -0.0, as on the CPU
+    if dtype.is_floating_point:
+        small = torch.tensor([-0.5, 0.5, -3.5], dtype=dtype)
+        got = small.to("spyre").div(2, rounding_mode="trunc").cpu()
+        assert torch.equal(torch.signbit(got), torch.signbit(small.div(2, rounding_mode="trunc")))
+    with pytest.raises(RuntimeError, match="rounding_mode"):
+        torch.div(x, y, rounding_mode="round")

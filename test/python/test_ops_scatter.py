@@ -1,8 +1,8 @@
 """Writes at indexed places and reorderings on the device against the CPU,
-in strict mode (a CPU fallback raises): scatter (value and src), index_put_
-along any dim (the inverse permutation of mixture-of-experts dispatch),
-flip; with every device dtype, ragged shapes, views, out= and the CPU's
-errors."""
+in strict mode (a CPU fallback raises): scatter (value and src),
+scatter_reduce, index_add, index_put_ along any dim (the inverse
+permutation of mixture-of-experts dispatch), flip; with every device dtype,
+ragged shapes, views, out= and the CPU's errors."""
 
 import pytest
 import torch
@@ -126,3 +126,75 @@ def test_flip(dtype):
     assert not torch.flip(y, (0,)).cpu().data_ptr() == y.data_ptr()
     with pytest.raises(RuntimeError, match="multiple times"):
         torch.flip(y, (0, 0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64],
+                         ids=str)
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [False, True])
+def test_scatter_reduce(dtype, reduce, include_self):
+    # TAPAS' segment reductions: scatter_reduce(0, segments, values, reduce)
+    self_ = values((5, 70), dtype)
+    index = torch.randint(0, 5, (7, 45))
+    src = values((7, 45), dtype)
+    if dtype.is_floating_point:
+        src[2, 3] = float("nan")  # propagates through amax/amin, as on the CPU
+    # 16-bit floats against the fp32 reference rounded once; integers exact.
+    compute = torch.float32 if dtype.is_floating_point else dtype
+    want = self_.to(compute).scatter_reduce(0, index, src.to(compute), reduce,
+                                            include_self=include_self).to(dtype)
+    got = self_.to("spyre").scatter_reduce(0, index.to("spyre"), src.to("spyre"), reduce,
+                                           include_self=include_self)
+    if dtype.is_floating_point:
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True,
+                                   rtol=2e-2 if dtype != torch.float32 else 1e-5,
+                                   atol=2e-2 if dtype != torch.float32 else 1e-5)
+    else:
+        assert torch.equal(got.cpu(), want)
+    # along the last dim, in place and out=
+    segments = torch.tensor([0, 1, 1, 3, 3, 3])
+    row = values((6,), dtype)
+    base = values((4,), dtype)
+    want = base.scatter_reduce(0, segments, row, reduce, include_self=include_self)
+    inplace = base.to("spyre")
+    inplace.scatter_reduce_(0, segments.to("spyre"), row.to("spyre"), reduce,
+                            include_self=include_self)
+    out = torch.empty(0, dtype=dtype).to("spyre")
+    torch.scatter_reduce(base.to("spyre"), 0, segments.to("spyre"), row.to("spyre"), reduce,
+                         include_self=include_self, out=out)
+    for got in (inplace, out):
+        if dtype.is_floating_point:
+            torch.testing.assert_close(got.cpu().float(), want.float(), rtol=1e-2, atol=1e-2,
+                                       equal_nan=True)
+        else:
+            assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64,
+                                   torch.int32], ids=str)
+def test_index_add(dtype):
+    # MoE: next_states.index_add_(0, token_idx, expert_outputs), repeated tokens
+    self_ = values((9, 70), dtype)
+    index = torch.tensor([0, 3, 3, 8, 3, 1])
+    source = values((6, 70), dtype)
+    want = self_.float().index_add(0, index, source.float()).to(dtype)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=3e-2)
+    check = (lambda got, ref: torch.testing.assert_close(got.cpu().float(), ref.float(), **tol)) \
+        if dtype.is_floating_point else (lambda got, ref: torch.equal(got.cpu(), ref) or
+                                         pytest.fail(f"{got.cpu()} != {ref}"))
+    check(self_.to("spyre").index_add(0, index.to("spyre"), source.to("spyre")), want)
+    inplace = self_.to("spyre")
+    inplace.index_add_(0, index.to("spyre"), source.to("spyre"))
+    check(inplace, want)
+    # along the last dim, alpha, int32 indices, a view as self
+    src_t = values((9, 6), dtype)
+    alpha = 2
+    want = self_.index_add(1, index, src_t, alpha=alpha)
+    view = offset_view(self_)
+    view.index_add_(1, index.int().to("spyre"), src_t.to("spyre"), alpha=alpha)
+    check(view, want)
+    out = torch.empty(0, dtype=dtype).to("spyre")
+    torch.index_add(self_.to("spyre"), 0, index.to("spyre"), source.to("spyre"), out=out)
+    check(out, self_.float().index_add(0, index, source.float()).to(dtype))
+    with pytest.raises(IndexError, match="out of bounds"):
+        self_.to("spyre").index_add(0, torch.tensor([9]).to("spyre"), source[:1].to("spyre"))
