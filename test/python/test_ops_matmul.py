@@ -72,6 +72,19 @@ def test_bmm_and_batched_matmul(dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+def test_linear_on_a_transposed_three_dim_input(dtype):
+    # Mamba's x_proj(hidden_states.transpose(1, 2)): [B, L, K] stored as
+    # [B, K, L]; read as one transposed matrix its rows ran over B and K
+    # together ("matmul shapes disagree", 6 sweep architectures).
+    h, w, b = rand((2, 128, 8), dtype), rand((40, 128), dtype), rand((40,), dtype)
+    got = F.linear(h.to("spyre").transpose(1, 2), w.to("spyre"), b.to("spyre"))
+    assert_matches(got, ref(lambda p, q, c: F.linear(p.transpose(1, 2), q, c), h, w, b), dtype)
+    got = h.to("spyre").transpose(1, 2) @ w.to("spyre").t()
+    assert_matches(got, ref(lambda p, q: p.transpose(1, 2) @ q.t(), h, w), dtype)
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_baddbmm(dtype):
     # BLOOM's ALiBi scores: baddbmm(alibi, q, k^T, beta=1, alpha=1/sqrt(d))
     a, b = rand((6, 9, 16), dtype), rand((6, 16, 70), dtype)
