@@ -9,13 +9,16 @@
 //   otherwise: the taps stacked into columns [N, groups, C_in/groups * taps,
 //     L] and one batched matmul with the weights [groups, C_out/groups,
 //     C_in/groups * taps].
-// 16-bit inputs compute in fp32 and round once. Transposed convolutions,
+// 16-bit inputs compute in fp32 and round once. im2col (nn.Unfold) is the
+// stacked taps themselves. Transposed convolutions,
 // more spatial dims and other dtypes run aten::convolution on the CPU (the
 // CPU has no convolution_overrideable): the counted fallback.
 #include <ATen/native/CPUFallback.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/convolution_ops.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/im2col_ops.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/stack.h>
@@ -65,23 +68,23 @@ bool on_device(const at::Tensor& input, const at::Tensor& weight,
 // Output sizes as PyTorch computes them; nullopt when one is not positive
 // (the CPU's error then).
 std::optional<Geometry> geometry(const at::Tensor& input,
-                                 const at::Tensor& weight,
-                                 at::IntArrayRef stride,
+                                 at::IntArrayRef kernel, at::IntArrayRef stride,
                                  at::IntArrayRef padding,
                                  at::IntArrayRef dilation) {
   Geometry g;
   g.spatial = input.dim() - 2;
-  if (static_cast<int64_t>(stride.size()) != g.spatial ||
+  if (static_cast<int64_t>(kernel.size()) != g.spatial ||
+      static_cast<int64_t>(stride.size()) != g.spatial ||
       static_cast<int64_t>(padding.size()) != g.spatial ||
       static_cast<int64_t>(dilation.size()) != g.spatial) {
     return std::nullopt;
   }
   for (int64_t i = 0; i < g.spatial; ++i) {
-    const int64_t k = weight.size(2 + i);
+    const int64_t k = kernel[i];
     const int64_t span = dilation[i] * (k - 1) + 1;
     const int64_t o =
         (input.size(2 + i) + 2 * padding[i] - span) / stride[i] + 1;
-    if (o <= 0 || stride[i] < 1 || dilation[i] < 1 || padding[i] < 0) {
+    if (k < 1 || o <= 0 || stride[i] < 1 || dilation[i] < 1 || padding[i] < 0) {
       return std::nullopt;
     }
     g.kernel.push_back(k);
@@ -104,6 +107,29 @@ at::Tensor tap_view(const at::Tensor& padded, const Geometry& g, int64_t tap,
                       stride[i]);
   }
   return view;
+}
+
+// Every tap's view, stacked: [N, C, taps, out...].
+at::Tensor tap_columns(const at::Tensor& padded, const Geometry& g,
+                       at::IntArrayRef stride, at::IntArrayRef dilation) {
+  if (g.taps == 1) return tap_view(padded, g, 0, stride, dilation).unsqueeze(2);
+  std::vector<at::Tensor> taps;
+  for (int64_t t = 0; t < g.taps; ++t) {
+    taps.push_back(tap_view(padded, g, t, stride, dilation));
+  }
+  return at::stack(taps, 2);
+}
+
+// The input padded with zeros on both sides of each spatial dim.
+at::Tensor padded_input(const at::Tensor& x, at::IntArrayRef padding) {
+  std::vector<int64_t> pads;  // constant_pad_nd: last dim first
+  for (int64_t i = static_cast<int64_t>(padding.size()) - 1; i >= 0; --i) {
+    pads.push_back(padding[i]);
+    pads.push_back(padding[i]);
+  }
+  const bool padded_at_all =
+      std::any_of(padding.begin(), padding.end(), [](int64_t p) { return p; });
+  return padded_at_all ? at::constant_pad_nd(x, pads, 0) : x;
 }
 
 at::Tensor depthwise(const at::Tensor& padded, const at::Tensor& weight,
@@ -139,14 +165,10 @@ at::Tensor grouped(const at::Tensor& padded, const at::Tensor& weight,
   const int64_t c_group = weight.size(1);
   int64_t places = 1;
   for (int64_t o : g.out) places *= o;
-  std::vector<at::Tensor> taps;
-  for (int64_t t = 0; t < g.taps; ++t) {
-    taps.push_back(tap_view(padded, g, t, stride, dilation));
-  }
-  // [N, C_in, taps, out...]: column (c, tap) of each group, as the
-  // weight's [C_out, C_in/groups, k...] flattens.
+  // Column (c, tap) of each group, as the weight's [C_out, C_in/groups,
+  // k...] flattens.
   const at::Tensor columns =
-      (g.taps == 1 ? taps[0].unsqueeze(2) : at::stack(taps, 2))
+      tap_columns(padded, g, stride, dilation)
           .reshape({n, groups, c_group * g.taps, places});
   const at::Tensor w =
       weight.reshape({groups, c_out / groups, c_group * g.taps});
@@ -162,7 +184,7 @@ at::Tensor convolution_overrideable(
     at::IntArrayRef output_padding, int64_t groups) {
   std::optional<Geometry> g;
   if (on_device(input, weight, bias, transposed, groups)) {
-    g = geometry(input, weight, stride, padding, dilation);
+    g = geometry(input, weight.sizes().slice(2), stride, padding, dilation);
   }
   if (!g || input.numel() == 0) {
     return at::native::call_fallback_fn<
@@ -174,14 +196,7 @@ at::Tensor convolution_overrideable(
   const at::ScalarType dtype = input.scalar_type();
   const at::Tensor x = input.to(at::kFloat);
   const at::Tensor w = weight.to(at::kFloat);
-  std::vector<int64_t> pads;  // constant_pad_nd: last dim first
-  for (int64_t i = g->spatial - 1; i >= 0; --i) {
-    pads.push_back(padding[i]);
-    pads.push_back(padding[i]);
-  }
-  const bool padded_at_all =
-      std::any_of(padding.begin(), padding.end(), [](int64_t p) { return p; });
-  const at::Tensor padded = padded_at_all ? at::constant_pad_nd(x, pads, 0) : x;
+  const at::Tensor padded = padded_input(x, padding);
   const bool one_channel_per_group = weight.size(1) == 1;
   at::Tensor out = one_channel_per_group && g->taps <= kMaxDepthwiseTaps
                        ? depthwise(padded, w, *g, stride, dilation, groups)
@@ -194,8 +209,45 @@ at::Tensor convolution_overrideable(
   return out.to(dtype).contiguous();
 }
 
+// im2col (nn.Unfold: ConvBERT's span-based dynamic convolution): the taps'
+// views stacked, [N, C * taps, L], channels outermost as the CPU orders
+// them. Pure data movement; floating dtypes, as on the CPU (other dtypes
+// get the CPU's error through the fallback).
+at::Tensor& im2col_out(const at::Tensor& self, at::IntArrayRef kernel,
+                       at::IntArrayRef dilation, at::IntArrayRef padding,
+                       at::IntArrayRef stride, at::Tensor& out) {
+  const bool batched = self.dim() == 4;
+  std::optional<Geometry> g;
+  if (self.is_privateuseone() && floating(self.scalar_type()) &&
+      (self.dim() == 3 || batched) && self.numel() > 0) {
+    const at::Tensor input = batched ? self : self.unsqueeze(0);
+    g = geometry(input, kernel, stride, padding, dilation);
+  }
+  if (!g) {
+    return at::native::call_fallback_fn<
+        &cpu_fallback, at::_ops::im2col_out>::call(self, kernel, dilation,
+                                                   padding, stride, out);
+  }
+  check_out_apart(out, {self});
+  const at::Tensor input = batched ? self : self.unsqueeze(0);
+  const at::Tensor columns =
+      tap_columns(padded_input(input, padding), *g, stride, dilation)
+          .reshape(
+              {input.size(0), input.size(1) * g->taps, g->out[0] * g->out[1]});
+  return write_result(batched ? columns : columns.squeeze(0), out);
+}
+
+at::Tensor im2col(const at::Tensor& self, at::IntArrayRef kernel,
+                  at::IntArrayRef dilation, at::IntArrayRef padding,
+                  at::IntArrayRef stride) {
+  at::Tensor out = at::empty({0}, self.options());
+  return im2col_out(self, kernel, dilation, padding, stride, out);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_overrideable", convolution_overrideable);
+  m.impl("im2col", im2col);
+  m.impl("im2col.out", im2col_out);
 }
 
 }  // namespace

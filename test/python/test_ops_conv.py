@@ -2,7 +2,7 @@
 the CPU in strict mode (a CPU fallback raises): the depthwise causal conv1d
 of Mamba-style blocks, grouped 1x1 and k-tap convolutions (SqueezeBERT,
 ConvBERT), Nystromformer's depthwise (k, 1) conv2d, strides, dilations,
-channel multipliers, fp16/bf16/fp32, views."""
+channel multipliers, fp16/bf16/fp32, views; im2col (nn.Unfold)."""
 
 import copy
 
@@ -73,3 +73,17 @@ def test_shapes_the_cpu_refuses_still_raise():
         F.conv1d(x, w)
     with pytest.raises(RuntimeError):
         F.conv1d(x.to("spyre"), w.to("spyre"))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_unfold_im2col(dtype):
+    # ConvBERT's span-based dynamic convolution: nn.Unfold([k, 1], padding)
+    for shape, kernel, dilation, padding, stride in [
+            ((2, 64, 8, 1), (9, 1), 1, (4, 0), 1), ((2, 3, 7, 9), 3, 1, 1, 2),
+            ((3, 5, 6), 2, 2, 0, 1), ((1, 2, 70, 3), (2, 3), (1, 1), (1, 1), (2, 1))]:
+        x = (torch.randn(shape) * 10).to(dtype)
+        want = F.unfold(x, kernel, dilation, padding, stride)
+        got = F.unfold(x.to("spyre"), kernel, dilation, padding, stride)
+        assert torch.equal(got.cpu(), want), shape
+    x = torch.randn(4, 3, 9, 9)
+    assert torch.equal(F.unfold(offset_view(x), 3).cpu(), F.unfold(x, 3))
