@@ -7,6 +7,7 @@
 // squarings, so an n x n solve is about 2 log2(n) + 1 batched products
 // instead of n dependent steps. fp32 throughout, rounded once. X A = B
 // (left=False) solves A^T X^T = B^T.
+#include <ATen/ExpandUtils.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/div.h>
@@ -20,6 +21,9 @@
 #include <ATen/ops/tril.h>
 #include <ATen/ops/triu.h>
 #include <torch/library.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "ops/launch.h"
 
@@ -81,7 +85,14 @@ at::Tensor& solve_triangular_out(const at::Tensor& a, const at::Tensor& b,
 
 at::Tensor solve_triangular(const at::Tensor& a, const at::Tensor& b,
                             bool upper, bool left, bool unitriangular) {
-  at::Tensor out = at::empty({0}, b.options());
+  // Each matrix of the result column-major, as the CPU's (LAPACK's) and
+  // PyTorch's meta function lay it out (compiled code checks the strides).
+  std::vector<int64_t> sizes =
+      at::infer_size(a.sizes().slice(0, std::max<int64_t>(a.dim() - 2, 0)),
+                     b.sizes().slice(0, std::max<int64_t>(b.dim() - 2, 0)));
+  sizes.push_back(b.size(-1));
+  sizes.push_back(b.size(-2));
+  at::Tensor out = at::empty(sizes, b.options()).transpose(-2, -1);
   return solve_triangular_out(a, b, upper, left, unitriangular, out);
 }
 
