@@ -163,6 +163,42 @@ at::Tensor flat_row_index(const at::Tensor& self, const IndexedDims& indexed,
   return at::where(outside, at::scalar_tensor(rows, flat.options()), flat);
 }
 
+// The row gather moves whole rows through the scratchpad, double-buffered:
+// rows wider than this are gathered as several narrower rows of whole
+// sticks (mixture-of-experts weights [E, 2I, H] picked per token: rows of
+// 2I * H elements, which did not fit).
+constexpr int64_t kMaxGatherRow = 4096;
+
+// How many pieces of whole sticks, each at most kMaxGatherRow elements,
+// a row of `cols` splits into; 1 when it need not or cannot be split.
+int64_t row_pieces(int64_t cols, at::ScalarType dtype) {
+  if (cols <= kMaxGatherRow) return 1;
+  const int64_t stick =
+      static_cast<int64_t>(rt::elements_per_stick(device_dtype(dtype)));
+  for (int64_t piece = kMaxGatherRow / stick * stick; piece >= stick;
+       piece -= stick) {
+    if (cols % piece == 0) return cols / piece;
+  }
+  return 1;
+}
+
+// table[row_index] for a [rows, cols] table: the device's row gather
+// (embedding's), wide rows in pieces. An index past the last row stays
+// past it (a device error).
+at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& row_index) {
+  const int64_t rows = table.size(0), cols = table.size(1);
+  const int64_t pieces = row_pieces(cols, table.scalar_type());
+  if (pieces == 1) return at::embedding(table, row_index);
+  const at::Tensor piece_index =
+      at::add(at::mul(row_index.unsqueeze(-1), pieces),
+              at::arange(pieces, row_index.options()));
+  std::vector<int64_t> sizes = row_index.sizes().vec();
+  sizes.push_back(cols);
+  return at::embedding(table.reshape({rows * pieces, cols / pieces}),
+                       piece_index)
+      .reshape(sizes);
+}
+
 bool dims_adjacent(const std::vector<int64_t>& dims) {
   return dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
 }
@@ -226,7 +262,7 @@ at::Tensor index_kernel(const at::Tensor& self, const IndexList& list) {
   // does): flattening it would cut its rows of sticks apart.
   at::Tensor row_index = flat_row_index(self, *indexed, rows);
   if (row_index.dim() == 0) row_index = row_index.reshape({1});
-  at::Tensor picked = at::embedding(table, row_index);
+  at::Tensor picked = gather_rows(table, row_index);
   if (widened) picked = picked.transpose(-1, -2).contiguous().select(-2, 0);
   // picked is [indices' shape, kept dims]; move the indices' dims after
   // the kept dims that come before them.

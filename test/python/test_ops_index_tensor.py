@@ -273,3 +273,18 @@ def test_gather_rejects_negative_and_outside_indices():
             torch.gather(a, 1, torch.full((3, 2), bad).to("spyre")).cpu()
     with pytest.raises(RuntimeError, match="Size does not match"):
         torch.gather(a, 1, torch.zeros(4, 2, dtype=torch.long).to("spyre"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64], ids=str)
+def test_wide_rows_are_gathered_in_pieces(dtype):
+    # generate()'s batched experts: gate_up_proj[expert_ids], rows of
+    # 2I * H = 16384 elements (did not fit the scratchpad as one row)
+    w = _table((4, 256, 64), dtype)
+    ids = torch.tensor([[3, 0], [2, 2], [1, 3]])
+    with torch.spyre.strict():
+        assert torch.equal(w.to("spyre")[ids.to("spyre")].cpu(), w[ids])
+        wide = _table((5, 20000), dtype)  # 20000 = 5 pieces of 4000
+        assert torch.equal(wide.to("spyre")[ids.to("spyre")].cpu(), wide[ids])
+        with pytest.raises(RuntimeError):
+            w.to("spyre")[torch.tensor([4]).to("spyre")].cpu()  # out of range
+    no_fallbacks()
