@@ -93,3 +93,17 @@ def test_cat_and_stack(dtype):
     e = torch.zeros(3, 0, 67, dtype=dtype)
     assert torch.equal(torch.cat([x, e.to("spyre")], 1).cpu(), a)
     no_fallbacks()
+
+
+def test_cat_keeps_the_inputs_memory_format_as_the_cpu():
+    # compiled code asserts the strides of cat's result (Mamba's compiled
+    # state update concatenates channels-last views)
+    a = torch.randn(2, 3, 5, 4).to(memory_format=torch.channels_last)
+    b = torch.randn(2, 2, 5, 4).to(memory_format=torch.channels_last)
+    c = torch.randn(2, 1, 5, 4)
+    for parts in [(a, b), (a, c), (c, c)]:
+        want = torch.cat(parts, 1)
+        got = torch.cat([p.to("spyre") for p in parts], 1)
+        assert got.stride() == want.stride()
+        assert torch.equal(got.cpu(), want)
+    no_fallbacks()
