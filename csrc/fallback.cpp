@@ -126,27 +126,8 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack);
 }
 
-namespace {
-
-// convolution on spyre dispatches to convolution_overrideable, which the CPU
-// has no kernel for (it runs convolution itself): the fallback runs
-// aten::convolution, whose arguments are the same, on the CPU instead.
-void convolution_fallback(const c10::OperatorHandle&,
-                          torch::jit::Stack* stack) {
-  static const c10::OperatorHandle convolution =
-      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
-  cpu_fallback(convolution, stack);
-}
-
-}  // namespace
-
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
-}
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution_overrideable",
-         torch::CppFunction::makeFromBoxedFunction<&convolution_fallback>());
 }
 
 }  // namespace spyre::torch_glue

@@ -12,6 +12,7 @@
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
 
+#include <optional>
 #include <vector>
 
 #include "ops/launch.h"
@@ -20,6 +21,22 @@ namespace spyre::torch_glue::ops {
 namespace {
 
 bool skipped(const at::Tensor& t) { return t.dim() == 1 && t.size(0) == 0; }
+
+// The result's memory format as PyTorch's cat picks it: the inputs' common
+// suggested format (channels-last inputs give a channels-last result),
+// contiguous as soon as one input is or two disagree. Compiled code checks
+// the result's strides against this.
+c10::MemoryFormat output_memory_format(const std::vector<at::Tensor>& inputs) {
+  std::optional<c10::MemoryFormat> format;
+  for (const at::Tensor& t : inputs) {
+    const c10::MemoryFormat f = t.suggest_memory_format();
+    if (f == c10::MemoryFormat::Contiguous || (format && *format != f)) {
+      return c10::MemoryFormat::Contiguous;
+    }
+    format = f;
+  }
+  return format.value_or(c10::MemoryFormat::Contiguous);
+}
 
 at::Tensor cat_kernel(const at::ITensorListRef& list, int64_t dim) {
   std::vector<at::Tensor> tensors;
@@ -65,8 +82,8 @@ at::Tensor cat_kernel(const at::ITensorListRef& list, int64_t dim) {
     return at::native::call_fallback_fn<&cpu_fallback, at::_ops::cat>::call(
         list, dim);
   }
-  at::Tensor out = at::empty(
-      sizes, like->options().dtype(dtype).memory_format(std::nullopt));
+  at::Tensor out = at::empty(sizes, like->options().dtype(dtype).memory_format(
+                                        output_memory_format(tensors)));
   int64_t offset = 0;
   for (const at::Tensor& t : tensors) {
     if (skipped(t) || t.size(d) == 0) continue;

@@ -1,13 +1,18 @@
 // Row gathers as device programs (kernels/gather.h): embedding and
-// index_select along any dim but the last (the stick dim: that one goes to
-// the counted CPU fallback). Indices int32 or int64 on the device; an index
-// out of range is a device error raised at launch.
+// index_select along any dim but the last (the stick dim, which rows of
+// sticks cannot be gathered along: advanced indexing takes it, see
+// index_tensor.cpp). Indices int32 or int64 on the device; an index out of
+// range is a device error raised at launch.
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/embedding_ops.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/index.h>
 #include <ATen/ops/index_select_ops.h>
+#include <ATen/ops/lt.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/where.h>
 #include <torch/library.h>
 
 #include "device_state.h"
@@ -91,11 +96,31 @@ at::Tensor embedding_kernel(const at::Tensor& weight, const at::Tensor& indices,
   return out;
 }
 
+// index_select along the last dim (XLNet's relative shift) as x[..., index].
+// A negative index is out of range here (advanced indexing would count it
+// from the end): it becomes `size`, which the gather reports as a device
+// error.
+at::Tensor select_along_last_dim(const at::Tensor& self,
+                                 const at::Tensor& index) {
+  const int64_t size = self.size(-1);
+  const at::Tensor flat = index.reshape({-1}).to(at::kLong);
+  c10::List<std::optional<at::Tensor>> list;
+  for (int64_t k = 0; k + 1 < self.dim(); ++k) list.push_back(std::nullopt);
+  list.push_back(at::where(at::lt(flat, 0),
+                           at::scalar_tensor(size, flat.options()), flat));
+  return at::index(self, list);
+}
+
 at::Tensor index_select_kernel(const at::Tensor& self, int64_t dim,
                                const at::Tensor& index) {
   TORCH_CHECK_INDEX(index.dim() <= 1,
                     "index_select(): Index is supposed to be a vector");
   const int64_t d = at::maybe_wrap_dim(dim, self.dim());
+  if (d == self.dim() - 1 && self.dim() > 0 && index.is_privateuseone() &&
+      has_device_dtype(self.scalar_type()) &&
+      (index.scalar_type() == at::kLong || index.scalar_type() == at::kInt)) {
+    return select_along_last_dim(self, index);
+  }
   if (!gatherable(self, index) || self.dim() == 0 || d == self.dim() - 1) {
     return at::native::call_fallback_fn<&cpu_fallback,
                                         at::_ops::index_select>::call(self, dim,

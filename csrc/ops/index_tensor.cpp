@@ -30,6 +30,7 @@
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/lt.h>
 #include <ATen/ops/mul.h>
+#include <ATen/ops/nonzero.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/where.h>
 #include <torch/library.h>
@@ -67,6 +68,51 @@ std::optional<IndexedDims> integer_indices(const at::Tensor& self,
     out.indices.push_back(index->to(self.device(), at::kLong));
   }
   if (out.dims.empty()) return std::nullopt;
+  return out;
+}
+
+bool is_mask(const std::optional<at::Tensor>& index) {
+  return index.has_value() && index->defined() &&
+         (index->scalar_type() == at::kBool ||
+          index->scalar_type() == at::kByte);
+}
+
+bool has_mask(const IndexList& list) {
+  for (size_t k = 0; k < list.size(); ++k) {
+    if (is_mask(list[k])) return true;
+  }
+  return false;
+}
+
+// Boolean and byte masks as the integer indices of their true elements
+// (nonzero on the device, which reads the count back), one index tensor
+// per dim the mask covers, as PyTorch expands them. nullopt for a 0-d mask
+// (x[True] adds a dim; the CPU fallback takes it).
+std::optional<IndexList> expand_masks(const at::Tensor& self,
+                                      const IndexList& list) {
+  IndexList out;
+  int64_t dim = 0;
+  for (size_t k = 0; k < list.size(); ++k) {
+    const std::optional<at::Tensor> index = list[k];
+    if (!is_mask(index)) {
+      out.push_back(index);
+      ++dim;
+      continue;
+    }
+    if (index->dim() == 0) return std::nullopt;
+    for (int64_t j = 0; j < index->dim(); ++j) {
+      TORCH_CHECK_INDEX(
+          dim + j < self.dim() && index->size(j) == self.size(dim + j),
+          "The shape of the mask ", index->sizes(), " at index ", j,
+          " does not match the shape of the indexed tensor ", self.sizes(),
+          " at index ", dim + j);
+    }
+    const at::Tensor positions = at::nonzero(index->to(self.device()));
+    for (int64_t j = 0; j < index->dim(); ++j) {
+      out.push_back(positions.select(1, j));
+    }
+    dim += index->dim();
+  }
   return out;
 }
 
@@ -117,11 +163,53 @@ at::Tensor flat_row_index(const at::Tensor& self, const IndexedDims& indexed,
   return at::where(outside, at::scalar_tensor(rows, flat.options()), flat);
 }
 
+// The row gather moves whole rows through the scratchpad, double-buffered:
+// rows wider than this are gathered as several narrower rows of whole
+// sticks (mixture-of-experts weights [E, 2I, H] picked per token: rows of
+// 2I * H elements, which did not fit).
+constexpr int64_t kMaxGatherRow = 4096;
+
+// How many pieces of whole sticks, each at most kMaxGatherRow elements,
+// a row of `cols` splits into; 1 when it need not or cannot be split.
+int64_t row_pieces(int64_t cols, at::ScalarType dtype) {
+  if (cols <= kMaxGatherRow) return 1;
+  const int64_t stick =
+      static_cast<int64_t>(rt::elements_per_stick(device_dtype(dtype)));
+  for (int64_t piece = kMaxGatherRow / stick * stick; piece >= stick;
+       piece -= stick) {
+    if (cols % piece == 0) return cols / piece;
+  }
+  return 1;
+}
+
+// table[row_index] for a [rows, cols] table: the device's row gather
+// (embedding's), wide rows in pieces. An index past the last row stays
+// past it (a device error).
+at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& row_index) {
+  const int64_t rows = table.size(0), cols = table.size(1);
+  const int64_t pieces = row_pieces(cols, table.scalar_type());
+  if (pieces == 1) return at::embedding(table, row_index);
+  const at::Tensor piece_index =
+      at::add(at::mul(row_index.unsqueeze(-1), pieces),
+              at::arange(pieces, row_index.options()));
+  std::vector<int64_t> sizes = row_index.sizes().vec();
+  sizes.push_back(cols);
+  return at::embedding(table.reshape({rows * pieces, cols / pieces}),
+                       piece_index)
+      .reshape(sizes);
+}
+
 bool dims_adjacent(const std::vector<int64_t>& dims) {
   return dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
 }
 
 at::Tensor index_kernel(const at::Tensor& self, const IndexList& list) {
+  if (has_mask(list) && self.is_privateuseone() &&
+      has_device_dtype(self.scalar_type())) {
+    if (std::optional<IndexList> expanded = expand_masks(self, list)) {
+      return index_kernel(self, *expanded);
+    }
+  }
   TORCH_CHECK_INDEX(static_cast<int64_t>(list.size()) <= self.dim(),
                     "too many indices for tensor of dimension ", self.dim(),
                     " (got ", list.size(), ")");
@@ -174,7 +262,7 @@ at::Tensor index_kernel(const at::Tensor& self, const IndexList& list) {
   // does): flattening it would cut its rows of sticks apart.
   at::Tensor row_index = flat_row_index(self, *indexed, rows);
   if (row_index.dim() == 0) row_index = row_index.reshape({1});
-  at::Tensor picked = at::embedding(table, row_index);
+  at::Tensor picked = gather_rows(table, row_index);
   if (widened) picked = picked.transpose(-1, -2).contiguous().select(-2, 0);
   // picked is [indices' shape, kept dims]; move the indices' dims after
   // the kept dims that come before them.
@@ -372,17 +460,25 @@ at::Tensor& index_put_impl_(at::Tensor& self, const IndexList& list,
         &cpu_fallback, at::_ops::_index_put_impl_>::call(self, list, values,
                                                          accumulate, unsafe);
   };
-  if (accumulate || dims.size() != 1 || !values.is_privateuseone()) {
+  if (accumulate || dims.empty() || !values.is_privateuseone()) {
     return fallback();
   }
   const int64_t d = dims[0];
   const at::Tensor index = list[d]->to(self.device());
-  if (index.scalar_type() == at::kBool && index.sizes() == self.sizes() &&
-      values.numel() == 1 && has_device_dtype(self.scalar_type())) {
+  if (dims.size() == 1 && index.scalar_type() == at::kBool &&
+      index.sizes() == self.sizes() && values.numel() == 1 &&
+      has_device_dtype(self.scalar_type())) {
     self.copy_(
         at::where(index, values.reshape({}).to(self.scalar_type()), self));
     return self;
   }
+  if (has_mask(list) && has_device_dtype(self.scalar_type())) {
+    // x[mask] = values (xmod's language adapters): the mask's positions.
+    std::optional<IndexList> expanded = expand_masks(self, list);
+    if (!expanded) return fallback();
+    return index_put_impl_(self, *expanded, values, accumulate, unsafe);
+  }
+  if (dims.size() != 1) return fallback();
   if (index.scalar_type() != at::kLong || index.dim() != 1) return fallback();
   // Negative indices count from the end, as in Python (index_copy would
   // refuse them).

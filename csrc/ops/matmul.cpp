@@ -50,10 +50,12 @@ struct Operand {
 
 std::optional<Operand> addressed(const at::Tensor& t, int64_t batch) {
   if (auto m = matrix_view(t, batch)) return Operand{t, *m, false};
-  if (t.dim() >= 2) {
+  // A transposed stored matrix has one row dim: the flipped view's
+  // next-to-last dim. With more row dims (linear's [B, L, K] input stored
+  // as [B, K, L], Mamba's x_proj) the flipped view's rows would run over
+  // B and K together: such operands are materialized.
+  if (t.dim() - batch == 2) {
     at::Tensor flipped = t.transpose(-1, -2);
-    // A transposed stored matrix has one row dim: the flipped view's
-    // next-to-last dim.
     if (auto m = matrix_view(flipped, batch)) return Operand{t, *m, true};
   }
   return std::nullopt;

@@ -48,3 +48,34 @@ def test_unsupported_op_runs_eagerly_and_is_counted():
     assert decompositions.fallback_counts()["aten.cumsum.default"] == before + 1
     torch.testing.assert_close(out.cpu().float(), torch.cumsum(x.float() * 2.0, -1) + 1.0,
                                atol=0.15, rtol=1e-2)
+
+
+def _compiled_on_the_device(fn, *args):
+    """fn compiled, in strict mode (eager twins run device kernels, never
+    the CPU), against fn on the CPU."""
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(force_disable_caches=True), torch.spyre.strict():
+        got = torch.compile(fn)(*[a.to("spyre") for a in args])
+    return got, fn(*args)
+
+
+def test_eager_twins_of_division_pooling_and_solves():
+    # x // k is div.Tensor_mode(x, k) after decomposition, with a Python
+    # number where the schema takes a Tensor (its Scalar overload runs).
+    ids = torch.randint(-50, 50, (32,))
+    for fn in [lambda a: a // 2, lambda a: torch.div(a, 3, rounding_mode="trunc"),
+               lambda a: a // a.clamp(min=1)]:
+        got, want = _compiled_on_the_device(fn, ids)
+        assert torch.equal(got.cpu(), want)
+    # Funnel's pooling: windows with ceil-mode padding (masked loads)
+    x = torch.randn(2, 1, 9, 16)
+    got, want = _compiled_on_the_device(
+        lambda a: torch.nn.functional.avg_pool2d(a, (2, 1), (2, 1), ceil_mode=True), x)
+    torch.testing.assert_close(got.cpu(), want)
+    # the gated delta rule's solve: an extern kernel whose result strides
+    # (column-major matrices) compiled code checks
+    a, b = torch.randn(2, 16, 16).tril(-1) * 0.1, torch.randn(2, 16, 4)
+    got, want = _compiled_on_the_device(
+        lambda p, q: torch.linalg.solve_triangular(p, q, upper=False, unitriangular=True) * 2,
+        a, b)
+    torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-5)

@@ -115,11 +115,11 @@ def test_fallback_out_into_a_view_writes_only_the_view():
 
 def test_convolution_runs_through_the_counted_fallback():
     # spyre's convolution dispatches to convolution_overrideable, which the
-    # CPU has no kernel for: the fallback runs aten::convolution on the CPU
-    # (Mamba, ConvBERT, SqueezeBERT blocks).
+    # CPU has no kernel for: the convolutions the device does not compute
+    # (transposed ones, three spatial dims) run aten::convolution on the CPU.
     torch.spyre.reset_fallback_stats()
-    for conv, shape in [(torch.nn.Conv1d(4, 6, 3, padding=1, groups=2), (2, 4, 10)),
-                        (torch.nn.Conv2d(3, 5, 3, stride=2), (1, 3, 9, 9))]:
+    for conv, shape in [(torch.nn.ConvTranspose1d(4, 6, 3, padding=1), (2, 4, 10)),
+                        (torch.nn.Conv3d(2, 3, 2), (1, 2, 4, 4, 4))]:
         x = torch.randn(shape)
         want = conv(x)
         got = conv.to("spyre")(x.to("spyre"))

@@ -1,5 +1,6 @@
 """Factories and fills as device programs: full/zeros/ones/fill_ (views too),
-arange, rand/randn/normal_/uniform_ from the device generator, triu/tril."""
+arange, rand/randn/normal_/uniform_ from the device generator, triu/tril,
+eye."""
 
 import pytest
 import torch
@@ -114,3 +115,18 @@ def test_triu_tril(dtype, k):
     assert torch.equal(x2.cpu(), a2)
     mask = torch.ones(70, 70, dtype=torch.bool, device="spyre").tril()
     assert torch.equal(mask.cpu(), torch.ones(70, 70, dtype=torch.bool).tril())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.int64,
+                                   torch.bool])
+def test_eye(dtype):
+    with torch.spyre.strict():
+        for n, m in [(5, None), (3, 70), (70, 3), (1, 1), (0, 4)]:
+            args = (n,) if m is None else (n, m)
+            got = torch.eye(*args, dtype=dtype, device="spyre")
+            assert torch.equal(got.cpu(), torch.eye(*args, dtype=dtype)), args
+        out = torch.full((2, 2), 7, dtype=dtype).to("spyre")
+        torch.eye(4, 6, out=out)  # resized, every element written
+        assert torch.equal(out.cpu(), torch.eye(4, 6, dtype=dtype))
+        with pytest.raises(RuntimeError, match="n must be greater or equal to 0"):
+            torch.eye(-1, device="spyre")

@@ -53,6 +53,28 @@ def test_index_select(dtype):
     no_fallbacks()
 
 
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64, torch.bool], ids=str)
+def test_index_select_along_the_last_dim(dtype):
+    # XLNet's relative shift: index_select(x, 3, arange(klen))
+    a = rand((2, 3, 5, 70), torch.float32).to(dtype) if dtype != torch.bool else \
+        torch.rand(2, 3, 5, 70) > 0.5
+    with torch.spyre.strict():
+        for idx in [torch.arange(40), torch.tensor([69, 0, 3, 3]), torch.tensor(5),
+                    torch.tensor([2, 1], dtype=torch.int32)]:
+            got = a.to("spyre").index_select(-1, idx.to("spyre"))
+            assert torch.equal(got.cpu(), a.index_select(-1, idx)), idx
+        v = offset_view(a[0, 0])
+        assert torch.equal(v.index_select(1, torch.tensor([4, 1]).to("spyre")).cpu(),
+                           a[0, 0].index_select(1, torch.tensor([4, 1])))
+        out = torch.empty(0, dtype=dtype).to("spyre")
+        torch.index_select(a.to("spyre"), 3, torch.tensor([1, 2]).to("spyre"), out=out)
+        assert torch.equal(out.cpu(), a.index_select(3, torch.tensor([1, 2])))
+        # negative indices are out of range for index_select (a device error)
+        with pytest.raises(RuntimeError):
+            a.to("spyre").index_select(-1, torch.tensor([-1]).to("spyre")).cpu()
+    no_fallbacks()
+
+
 def test_out_of_range_index_raises():
     w = torch.randn(10, 8).to("spyre")
     with pytest.raises(RuntimeError):
@@ -70,4 +92,18 @@ def test_cat_and_stack(dtype):
     assert torch.equal(torch.stack([x, x], 0).cpu(), torch.stack([a, a], 0))
     e = torch.zeros(3, 0, 67, dtype=dtype)
     assert torch.equal(torch.cat([x, e.to("spyre")], 1).cpu(), a)
+    no_fallbacks()
+
+
+def test_cat_keeps_the_inputs_memory_format_as_the_cpu():
+    # compiled code asserts the strides of cat's result (Mamba's compiled
+    # state update concatenates channels-last views)
+    a = torch.randn(2, 3, 5, 4).to(memory_format=torch.channels_last)
+    b = torch.randn(2, 2, 5, 4).to(memory_format=torch.channels_last)
+    c = torch.randn(2, 1, 5, 4)
+    for parts in [(a, b), (a, c), (c, c)]:
+        want = torch.cat(parts, 1)
+        got = torch.cat([p.to("spyre") for p in parts], 1)
+        assert got.stride() == want.stride()
+        assert torch.equal(got.cpu(), want)
     no_fallbacks()

@@ -3,7 +3,8 @@ device against the CPU: exact (data movement), every index placement
 PyTorch distinguishes (leading, middle, trailing, non-adjacent, broadcast
 indices, every dim indexed as in Hugging Face's attention-mask lookup),
 negative indices, int32 and CPU indices, views with offsets, out= into a
-view, clear errors; boolean masks are the one counted CPU fallback."""
+view, clear errors; boolean and byte masks through nonzero on the device
+(the count read back), nonzero itself."""
 
 import pytest
 import torch
@@ -126,12 +127,54 @@ def test_errors_are_clear():
                     for i in bad)].cpu()
 
 
-def test_boolean_mask_is_a_counted_fallback():
-    a = torch.randn(4, 5)
-    mask = a > 0
-    got = a.to("spyre")[mask.to("spyre")]
-    assert torch.equal(got.cpu(), a[mask])
-    assert sum(torch.spyre.fallback_stats().values()) >= 1
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_boolean_masks(dtype):
+    a = _table((4, 5, 67), dtype)
+    with torch.spyre.strict():
+        for mask in [torch.rand(4, 5, 67) > 0.5, torch.rand(4, 5) > 0.5,
+                     torch.tensor([True, False, False, True]), torch.zeros(4, dtype=torch.bool)]:
+            got = a.to("spyre")[mask.to("spyre")]
+            assert torch.equal(got.cpu(), a[mask])
+        rows = torch.tensor([False, True, True, False, True])  # a mask on a middle dim
+        assert torch.equal(a.to("spyre")[:, rows.to("spyre")].cpu(), a[:, rows])
+        assert torch.equal(a.to("spyre")[torch.tensor([1, 0, 0, 1], dtype=torch.uint8)
+                                          .bool().to("spyre")].cpu(),
+                           a[torch.tensor([True, False, False, True])])
+        # xmod's language adapters: x[mask] = f(x[mask]) on the batch dim
+        mask = torch.tensor([True, False, True, True])
+        want = a.clone()
+        want[mask] = a[mask].flip(0)
+        y = a.to("spyre")
+        y[mask.to("spyre")] = y[mask.to("spyre")].flip(0)
+        assert torch.equal(y.cpu(), want)
+        with pytest.raises(IndexError, match="shape of the mask"):
+            a.to("spyre")[torch.tensor([True, False]).to("spyre")]
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_nonzero(dtype):
+    with torch.spyre.strict():
+        for shape in [(70,), (3, 4, 45), (2, 1, 3)]:
+            a = _table(shape, dtype)
+            if dtype != torch.bool:
+                a[a.abs() < (a.abs().float().mean().to(dtype) if dtype.is_floating_point
+                             else 300)] = 0
+            assert torch.equal(torch.nonzero(a.to("spyre")).cpu(), torch.nonzero(a))
+            assert all(torch.equal(g.cpu(), w) for g, w in
+                       zip(torch.where(a.to("spyre")), torch.where(a)))
+        zeros = torch.zeros(3, 5, dtype=dtype)
+        assert torch.nonzero(zeros.to("spyre")).shape == (0, 2)
+        assert torch.nonzero(torch.empty(0, 4, dtype=dtype).to("spyre")).shape == (0, 2)
+        v = offset_view(_table((4, 70), dtype))
+        assert torch.equal(torch.nonzero(v).cpu(), torch.nonzero(v.cpu()))
+        out = torch.empty(0, dtype=torch.long).to("spyre")
+        torch.nonzero(v, out=out)
+        assert torch.equal(out.cpu(), torch.nonzero(v.cpu()))
+    if dtype.is_floating_point:
+        nan = torch.tensor([0.0, float("nan"), -0.0, 1.0], dtype=dtype)
+        assert torch.equal(torch.nonzero(nan.to("spyre")).cpu(), torch.nonzero(nan))
+    no_fallbacks()
 
 
 @pytest.mark.parametrize("dtype", FLOATS + [torch.int64], ids=str)
@@ -230,3 +273,18 @@ def test_gather_rejects_negative_and_outside_indices():
             torch.gather(a, 1, torch.full((3, 2), bad).to("spyre")).cpu()
     with pytest.raises(RuntimeError, match="Size does not match"):
         torch.gather(a, 1, torch.zeros(4, 2, dtype=torch.long).to("spyre"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64], ids=str)
+def test_wide_rows_are_gathered_in_pieces(dtype):
+    # generate()'s batched experts: gate_up_proj[expert_ids], rows of
+    # 2I * H = 16384 elements (did not fit the scratchpad as one row)
+    w = _table((4, 256, 64), dtype)
+    ids = torch.tensor([[3, 0], [2, 2], [1, 3]])
+    with torch.spyre.strict():
+        assert torch.equal(w.to("spyre")[ids.to("spyre")].cpu(), w[ids])
+        wide = _table((5, 20000), dtype)  # 20000 = 5 pieces of 4000
+        assert torch.equal(wide.to("spyre")[ids.to("spyre")].cpu(), wide[ids])
+        with pytest.raises(RuntimeError):
+            w.to("spyre")[torch.tensor([4]).to("spyre")].cpu()  # out of range
+    no_fallbacks()

@@ -72,6 +72,48 @@ def test_bmm_and_batched_matmul(dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+def test_linear_on_a_transposed_three_dim_input(dtype):
+    # Mamba's x_proj(hidden_states.transpose(1, 2)): [B, L, K] stored as
+    # [B, K, L]; read as one transposed matrix its rows ran over B and K
+    # together ("matmul shapes disagree", 6 sweep architectures).
+    h, w, b = rand((2, 128, 8), dtype), rand((40, 128), dtype), rand((40,), dtype)
+    got = F.linear(h.to("spyre").transpose(1, 2), w.to("spyre"), b.to("spyre"))
+    assert_matches(got, ref(lambda p, q, c: F.linear(p.transpose(1, 2), q, c), h, w, b), dtype)
+    got = h.to("spyre").transpose(1, 2) @ w.to("spyre").t()
+    assert_matches(got, ref(lambda p, q: p.transpose(1, 2) @ q.t(), h, w), dtype)
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_baddbmm(dtype):
+    # BLOOM's ALiBi scores: baddbmm(alibi, q, k^T, beta=1, alpha=1/sqrt(d))
+    a, b = rand((6, 9, 16), dtype), rand((6, 16, 70), dtype)
+    alibi = rand((6, 1, 70), dtype)  # broadcast over the rows
+    with torch.spyre.strict():
+        got = torch.baddbmm(alibi.to("spyre"), a.to("spyre"), b.to("spyre"),
+                            beta=1.0, alpha=0.25)
+        assert_matches(got, ref(lambda c, p, q: torch.baddbmm(c, p, q, beta=1.0, alpha=0.25),
+                                alibi, a, b), dtype)
+        full = rand((6, 9, 70), dtype)
+        want = ref(lambda c, p, q: torch.baddbmm(c, p, q, beta=-0.5, alpha=2.0), full, a, b)
+        out = torch.empty(0, dtype=dtype).to("spyre")
+        torch.baddbmm(full.to("spyre"), a.to("spyre"), b.to("spyre"), beta=-0.5, alpha=2.0,
+                      out=out)
+        assert_matches(out, want, dtype, scale=2)
+        inplace = full.to("spyre")  # baddbmm_: out is self, as addmm_
+        inplace.baddbmm_(a.to("spyre"), b.to("spyre"), beta=-0.5, alpha=2.0)
+        assert_matches(inplace, want, dtype, scale=2)
+        # beta=0 ignores self, NaN included
+        nan = torch.full((6, 9, 70), float("nan"), dtype=dtype)
+        got = torch.baddbmm(nan.to("spyre"), offset_view(a), b.to("spyre"), beta=0)
+        assert_matches(got, ref(torch.bmm, a, b), dtype)
+        factor = a.to("spyre")
+        with pytest.raises(RuntimeError, match="unsupported operation|shares memory"):
+            torch.baddbmm(full.to("spyre"), factor, b.to("spyre"), out=factor)
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 def test_linear_on_three_dim_input(dtype):
     x, w, b = rand((2, 9, 40), dtype), rand((24, 40), dtype), rand((24,), dtype)
     got = F.linear(x.to("spyre"), w.to("spyre"), b.to("spyre"))

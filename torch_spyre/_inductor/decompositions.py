@@ -97,7 +97,16 @@ EAGER_OPS = {
     aten.index_copy.default, aten.index_put.default, aten.index_add.default,
     aten.index_fill.int_Scalar, aten.index_fill.int_Tensor,
     aten.masked_scatter.default, aten.scatter_reduce.two,
+    # floor_divide's form after decomposition (integers: the device's
+    # division; floating floor: the CPU's fmod formula, a counted fallback)
+    aten.div.Tensor_mode, aten.div.Scalar_mode,
+    # windows with padding (masked loads) have no device lowering
+    aten.avg_pool2d.default,
 }
+
+# Post-grad graphs pass Python numbers where these schemas take a Tensor
+# (x // 2 is div.Tensor_mode(x, 2)): their Scalar overloads take them.
+SCALAR_OVERLOADS = {aten.div.Tensor_mode: aten.div.Scalar_mode}
 
 _lock = threading.Lock()
 _fallback_counts: dict[str, int] = {}
@@ -237,6 +246,9 @@ def apply_spyre_rewrites(gm: torch.fx.GraphModule) -> None:
                 _count(_decomposition_counts, target)
                 changed = True
         elif node.target in EAGER_OPS:
+            if (node.target in SCALAR_OVERLOADS and len(node.args) > 1
+                    and not isinstance(node.args[1], torch.fx.Node)):
+                node.target = SCALAR_OVERLOADS[node.target]
             twin = _eager_twin(node.target)
             if twin is not None:
                 _count(_fallback_counts, str(node.target))
