@@ -54,8 +54,9 @@ constexpr int64_t kMaxCompares = int64_t{1} << 24;
 
 void check_scatter(const at::Tensor& self, int64_t d, const at::Tensor& index,
                    const at::Tensor* src) {
-  TORCH_CHECK(index.scalar_type() == at::kLong,
-              "scatter(): Expected dtype int64 for index");
+  TORCH_CHECK(
+      index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+      "scatter(): Expected dtype int32/int64 for index");
   TORCH_CHECK(index.dim() == self.dim() || index.numel() == 0,
               "Index tensor must have the same number of dimensions as self "
               "tensor");
