@@ -50,4 +50,31 @@ if ((${#missing[@]})); then
   "$PYTHON" -m pip install -q -c "$constraints" "${missing[@]}"
   rm -f "$constraints"
 fi
+# vLLM 0.32.0, the last release that pins torch 2.13.0, for the spyre platform
+# plugin (torch_spyre/vllm/). Built from its source distribution with
+# VLLM_TARGET_DEVICE=empty: no compiled extension, no CUDA; spyre brings its
+# own worker, model runner and attention. Without build isolation (an isolated
+# build would fetch another torch for its build environment) and with the
+# installed torch pinned by the constraint. CARGO=false skips vLLM's optional
+# Rust frontend (it would fetch crates); TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps
+# `import torch` in the build from loading torch_spyre before it is built.
+VLLM_VERSION=0.32.0
+have=$("$PYTHON" -c "import importlib.metadata as m; print(m.version('vllm'))" 2>/dev/null || true)
+if [ "${have%%+*}" != "$VLLM_VERSION" ]; then
+  echo "setup: installing vllm==$VLLM_VERSION (source, VLLM_TARGET_DEVICE=empty)"
+  constraints=$(mktemp)
+  printf 'torch==2.13.0\ntransformers==5.19.0\n' > "$constraints"
+  build_tools=()
+  for tool in setuptools-scm setuptools-rust wheel; do
+    "$PYTHON" -c "import importlib.metadata as m; m.version('$tool')" 2>/dev/null ||
+      build_tools+=("$tool")
+  done
+  if ((${#build_tools[@]})); then
+    "$PYTHON" -m pip install -q -c "$constraints" "${build_tools[@]}"
+  fi
+  TORCH_DEVICE_BACKEND_AUTOLOAD=0 VLLM_TARGET_DEVICE=empty CARGO=false \
+    "$PYTHON" -m pip install -q -c "$constraints" --no-build-isolation \
+    --no-binary vllm "vllm==$VLLM_VERSION"
+  rm -f "$constraints"
+fi
 echo "setup: ok"
