@@ -13,8 +13,10 @@ that says so, at configuration time or per request (``validate_request``).
 """
 
 import logging
+import os
 
 import torch
+from vllm.exceptions import VLLMValidationError
 from vllm.platforms.interface import Platform, PlatformEnum
 
 logger = logging.getLogger(__name__)
@@ -22,6 +24,11 @@ logger = logging.getLogger(__name__)
 WORKER = "torch_spyre.vllm.worker.SpyreWorker"
 ATTENTION_BACKEND = "torch_spyre.vllm.attention.SpyreAttentionBackend"
 DEFAULT_BLOCK_SIZE = 16
+
+
+class UnsupportedRequest(VLLMValidationError, ValueError):
+    """A request this platform cannot serve yet: a client error (HTTP 400
+    when served) and a ValueError (offline)."""
 
 
 class SpyrePlatform(Platform):
@@ -113,6 +120,10 @@ class SpyrePlatform(Platform):
         if vllm_config.lora_config is not None:
             raise NotImplementedError("spyre: LoRA is not supported yet")
 
+        # The device runtime's threads do not survive fork: vLLM's engine core
+        # and worker processes start with spawn.
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+
         # The worker returns its sampled tokens from execute_model: no
         # overlapped (async) scheduling.
         vllm_config.scheduler_config.async_scheduling = False
@@ -148,7 +159,7 @@ class SpyrePlatform(Platform):
         from vllm.sampling_params import SamplingParams
 
         if not isinstance(params, SamplingParams):
-            raise ValueError("spyre: only text generation is supported (no pooling)")
+            raise UnsupportedRequest("spyre: only text generation is supported (no pooling)")
         unsupported = []
         if params.logprobs is not None:
             unsupported.append("logprobs")
@@ -171,5 +182,6 @@ class SpyrePlatform(Platform):
         if params.structured_outputs is not None:
             unsupported.append("structured outputs")
         if unsupported:
-            raise ValueError("spyre: not supported yet by the vLLM spyre platform: "
-                             + ", ".join(unsupported))
+            raise UnsupportedRequest("spyre: not supported yet by the vLLM spyre platform: "
+                                     + ", ".join(unsupported),
+                                     parameter=unsupported[0].split()[0])

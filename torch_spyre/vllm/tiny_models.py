@@ -3,8 +3,8 @@
 No model hub: the config is the sweep's tiny config of the architecture
 (``torch_spyre.models.configs.tiny_config``: hidden 64, 2 layers, 4 heads of
 16, 2 KV heads, vocabulary 512, 128 positions), the weights are random from a
-seed, and the tokenizer is a word-level one over the names ``t3 .. t511``
-(``<pad>``, ``<s>``, ``</s>`` are 0, 1, 2) with a small chat template, so vLLM
+seed, and the tokenizer is a word-level one over the names ``t4 .. t511``
+(``<pad>``, ``<s>``, ``</s>``, ``<unk>`` are 0 .. 3) with a small chat template, so vLLM
 can tokenize, detokenize and render chats offline.
 
 ``python -m torch_spyre.vllm.tiny_models llama /tmp/tiny-llama`` writes one.
@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-PAD, BOS, EOS = "<pad>", "<s>", "</s>"
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} </s> "
                  "{% endfor %}{% if add_generation_prompt %}assistant : {% endif %}")
 
@@ -23,14 +23,13 @@ def write_tokenizer(directory, vocab_size):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {PAD: 0, BOS: 1, EOS: 2}
-    vocab.update({f"t{i}": i for i in range(3, vocab_size)})
-    # Words outside the vocabulary become t3: chat roles and free text still
-    # tokenize.
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t3"))
+    vocab = {PAD: 0, BOS: 1, EOS: 2, UNK: 3}
+    vocab.update({f"t{i}": i for i in range(4, vocab_size)})
+    # Words outside the vocabulary (chat roles, free text) become <unk>.
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS,
-                                   pad_token=PAD, unk_token="t3")
+                                   pad_token=PAD, unk_token=UNK)
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(directory)
 
