@@ -18,11 +18,15 @@ which
    ends at a block boundary; a decode step is one run per request). Not
    ``index_copy_`` with the slot mapping: the device's index_copy_ kernel
    rewrites the whole destination, O(cache size) per call;
-2. per request, reads the request's own blocks (``index_select`` of its block
-   table, a device tensor, over the cache viewed as blocks: the request's
-   blocks only, never the whole cache), trims them to its context length and
-   attends with ``scaled_dot_product_attention``: causal within the new
-   tokens, everything before them visible (prefix-cached or earlier chunks).
+2. reads the requests' own blocks (``index_select`` of block tables, device
+   tensors, over the cache viewed as blocks: the step's requests' blocks
+   only, never the whole cache) and attends with
+   ``scaled_dot_product_attention``. The decode requests at the head of the
+   step (one new token each) attend together: their block tables padded to
+   the longest, one gather and one batched attention per layer under a
+   length mask. Every other request (a prompt or a chunk of one) attends on
+   its own: causal within its new tokens, everything before them visible
+   (prefix-cached blocks or earlier chunks).
 
 No attention mask is built by transformers for this implementation (it is
 not in transformers' mask registry); causality comes from the step's own
@@ -33,7 +37,7 @@ layers are not used by this model runner.
 
 import contextlib
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -60,14 +64,31 @@ class RequestSlice:
 
 
 @dataclass
+class DecodeGroup:
+    """The step's decode requests (one new token each, some context before
+    it) that come first in the packed sequence: tokens ``0 .. size - 1``,
+    attended together in one batched program per layer."""
+
+    size: int
+    # [size * max_blocks] block ids on the device: each request's block table
+    # padded to the longest with block 0 (its rows masked out).
+    block_tables: torch.Tensor
+    max_blocks: int
+    # [size, 1, 1, max_blocks * block_size] bool on the device: True up to
+    # each request's context length.
+    mask: torch.Tensor
+
+
+@dataclass
 class StepBatch:
     # (first slot, first token, length): the step's slot mapping (the slot of
     # each new token) as runs of consecutive slots, the writes of the step.
     write_runs: list[tuple[int, int, int]]
-    requests: list[RequestSlice]
+    requests: list[RequestSlice]  # the requests after the decode group
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer
     block_size: int
-    layer_calls: list[int] = field(default_factory=list)
+    decode: DecodeGroup | None = None
+    max_context_len: int = 0
 
 
 @contextlib.contextmanager
@@ -79,6 +100,50 @@ def step(batch: StepBatch):
         yield batch
     finally:
         _state.batch = previous
+
+
+def make_step(requests, block_size, kv_caches, device, host_ints=()):
+    """The ``StepBatch`` of ``requests``, each ``(query_len, context_len,
+    block_ids)`` in packed order (its new tokens are the last ``query_len`` of
+    its ``context_len``; ``block_ids`` cover the context). ``host_ints`` (more
+    int64 values the caller needs on the device) travel in the same
+    host-to-device copy as the block tables; returns ``(batch, their device
+    tensor)``."""
+    slots, spans, query_start = [], [], 0
+    for query_len, context_len, block_ids in requests:
+        for pos in range(context_len - query_len, context_len):
+            slots.append(block_ids[pos // block_size] * block_size + pos % block_size)
+        spans.append((query_start, query_len, context_len))
+        query_start += query_len
+    tables = [list(block_ids[:-(-context_len // block_size)])
+              for _, context_len, block_ids in requests]
+    # The decode group: the leading requests with one new token each.
+    group = 0
+    while group < len(spans) and spans[group][1] == 1:
+        group += 1
+    max_blocks = max((len(t) for t in tables[:group]), default=0)
+    padded = [b for t in tables[:group] for b in t + [0] * (max_blocks - len(t))]
+    host_ints = list(host_ints)
+    flat = torch.tensor(host_ints + padded + [b for t in tables[group:] for b in t],
+                        dtype=torch.long).to(device)
+    at = len(host_ints)
+    decode = None
+    if group:
+        lengths = torch.tensor([span[2] for span in spans[:group]])
+        mask = torch.arange(max_blocks * block_size).unsqueeze(0) < lengths.unsqueeze(1)
+        decode = DecodeGroup(size=group, block_tables=flat[at:at + len(padded)],
+                             max_blocks=max_blocks, mask=mask.view(group, 1, 1, -1).to(device))
+        at += len(padded)
+    slices = []
+    for (query_start, query_len, context_len), table in zip(spans[group:], tables[group:]):
+        mask = causal_mask(query_len, context_len, device) if context_len > query_len else None
+        slices.append(RequestSlice(query_start, query_len, context_len,
+                                   flat[at:at + len(table)], mask))
+        at += len(table)
+    batch = StepBatch(write_runs=slot_runs(slots), requests=slices, kv_caches=kv_caches,
+                      block_size=block_size, decode=decode,
+                      max_context_len=max(span[2] for span in spans))
+    return batch, flat[:len(host_ints)]
 
 
 def causal_mask(query_len: int, context_len: int, device) -> torch.Tensor | None:
@@ -163,12 +228,17 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     new_values = value[0].transpose(0, 1)
     write_kv(key_cache, value_cache, batch.write_runs, new_keys, new_values)
 
+    if sliding_window is not None and batch.max_context_len > sliding_window:
+        raise NotImplementedError(
+            f"spyre_paged attention: sliding-window attention (window {sliding_window}) "
+            f"is not supported yet; this step has a context of {batch.max_context_len} tokens")
+
+    # Pieces of the output [1, tokens, q_heads, head], in token order.
     outputs = []
+    if batch.decode is not None:
+        outputs.append(attend_decode(query, key_cache, value_cache, batch.decode,
+                                     batch.block_size, scaling))
     for req in batch.requests:
-        if sliding_window is not None and req.context_len > sliding_window:
-            raise NotImplementedError(
-                f"spyre_paged attention: sliding-window attention (window {sliding_window}) "
-                f"is not supported yet; this context has {req.context_len} tokens")
         q = query[:, :, req.query_start:req.query_start + req.query_len]
         if req.context_len == req.query_len:
             # Only new tokens: they are their own context.
@@ -179,9 +249,32 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
             values = read_blocks(value_cache, req.block_table, batch.block_size,
                                  req.context_len)
         causal = req.context_len == req.query_len and req.query_len > 1
-        outputs.append(attend(q, keys, values, req.mask, scaling, causal))
-    out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=2)
-    return out.transpose(1, 2).contiguous(), None
+        outputs.append(attend(q, keys, values, req.mask, scaling, causal).transpose(1, 2))
+    out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
+    return out.contiguous(), None
+
+
+def attend_decode(query, key_cache, value_cache, group, block_size, scaling):
+    """The decode group's attention in one batched program: each request's
+    blocks (padded to the longest table) read with one index_select, its one
+    query against them under the group's length mask. ``[1, size, q_heads,
+    head]``."""
+    rows, kv_heads, dim = key_cache.shape
+    q_heads = query.shape[1]
+    length = group.max_blocks * block_size
+
+    def gather(cache):
+        blocks = cache.view(rows // block_size, block_size, kv_heads, dim)
+        picked = blocks.index_select(0, group.block_tables)
+        picked = picked.view(group.size, length, kv_heads, dim).transpose(1, 2)
+        if q_heads != kv_heads:
+            picked = picked.repeat_interleave(q_heads // kv_heads, dim=1)
+        return picked
+
+    q = query[0, :, :group.size].transpose(0, 1).unsqueeze(2)  # [size, q_heads, 1, head]
+    out = F.scaled_dot_product_attention(q, gather(key_cache), gather(value_cache),
+                                         attn_mask=group.mask, scale=scaling)
+    return out.transpose(1, 2).reshape(1, group.size, q_heads, dim)
 
 
 def register():

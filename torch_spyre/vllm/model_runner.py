@@ -110,9 +110,11 @@ class SpyreModelRunner:
         self.num_blocks = kv_cache_config.num_blocks
         rows = self.num_blocks * self.block_size
         shape = (rows, self.num_kv_heads, self.head_size)
+        # Zeros: a batched decode reads whole padded blocks (masked out) and
+        # must not meet NaNs of uninitialized memory.
         self.kv_caches = [
-            (torch.empty(shape, dtype=self.dtype, device=self.device),
-             torch.empty(shape, dtype=self.dtype, device=self.device))
+            (torch.zeros(shape, dtype=self.dtype, device=self.device),
+             torch.zeros(shape, dtype=self.dtype, device=self.device))
             for _ in range(self.num_layers)
         ]
         logger.info("spyre: KV cache of %d blocks of %d tokens, %d layers, on %s",
@@ -160,8 +162,7 @@ class SpyreModelRunner:
 
     def _prepare(self, out):
         """The step's packed inputs on the device and which requests sample."""
-        bs = self.block_size
-        ids, positions, slots, tables, spans, sample_rows, sampled_reqs = [], [], [], [], [], [], []
+        ids, positions, steps, sample_rows, sampled_reqs = [], [], [], [], []
         for req_id, n in out.num_scheduled_tokens.items():
             if out.scheduled_spec_decode_tokens.get(req_id):
                 raise NotImplementedError("spyre: speculative decoding is not supported")
@@ -171,40 +172,20 @@ class SpyreModelRunner:
             if end > len(state.token_ids):
                 raise RuntimeError(f"spyre: request {req_id} scheduled up to token {end} but "
                                    f"only {len(state.token_ids)} are known")
-            query_start = len(ids)
             ids.extend(state.token_ids[start:end])
             positions.extend(range(start, end))
-            for pos in range(start, end):
-                slots.append(state.block_ids[pos // bs] * bs + pos % bs)
-            num_blocks = -(-end // bs)
-            tables.append(state.block_ids[:num_blocks])
-            spans.append((query_start, n, end))
+            steps.append((n, end, state.block_ids))
             if end == len(state.token_ids):
                 sample_rows.append(len(ids) - 1)
                 sampled_reqs.append(req_id)
             elif end < state.num_prompt_tokens:
                 self.stats["prefill_chunks"] += 1
-        # One host-to-device copy for every index of the step.
-        flat = torch.tensor(ids + positions + sample_rows
-                            + [b for t in tables for b in t], dtype=torch.long)
-        flat = flat.to(self.device)
         n = len(ids)
-        input_ids = flat[:n].view(1, n)
-        position_ids = flat[n:2 * n].view(1, n)
-        at = 2 * n
-        logit_rows = flat[at:at + len(sample_rows)]
-        at += len(sample_rows)
-        requests = []
-        for (query_start, query_len, context_len), table in zip(spans, tables):
-            block_table = flat[at:at + len(table)]
-            at += len(table)
-            mask = None
-            if context_len > query_len:
-                mask = attention.causal_mask(query_len, context_len, self.device)
-            requests.append(attention.RequestSlice(query_start, query_len, context_len,
-                                                   block_table, mask))
-        batch = attention.StepBatch(write_runs=attention.slot_runs(slots), requests=requests,
-                                    kv_caches=self.kv_caches, block_size=bs)
+        batch, host = attention.make_step(steps, self.block_size, self.kv_caches, self.device,
+                                          host_ints=ids + positions + sample_rows)
+        input_ids = host[:n].view(1, n)
+        position_ids = host[n:2 * n].view(1, n)
+        logit_rows = host[2 * n:]
         return input_ids, position_ids, logit_rows, batch, sampled_reqs
 
     @torch.no_grad()
