@@ -14,15 +14,16 @@ steps; which blocks, shared prefix blocks included) is followed as given,
 so chunked prefill and prefix caching work as the scheduler plans them.
 """
 
-import logging
 import time
 from dataclasses import dataclass
 
 import torch
+from vllm.logger import init_logger
 
 from . import attention, sampler
 
-logger = logging.getLogger(__name__)
+# Under "vllm", where vLLM configures its log output.
+logger = init_logger("vllm.spyre." + __name__.rsplit(".", 1)[-1])
 
 
 @dataclass

@@ -12,14 +12,11 @@ compilation or CUDA graphs. What it cannot serve it refuses with an error
 that says so, at configuration time or per request (``validate_request``).
 """
 
-import logging
 import os
 
 import torch
 from vllm.exceptions import VLLMValidationError
 from vllm.platforms.interface import Platform, PlatformEnum
-
-logger = logging.getLogger(__name__)
 
 WORKER = "torch_spyre.vllm.worker.SpyreWorker"
 ATTENTION_BACKEND = "torch_spyre.vllm.attention.SpyreAttentionBackend"

@@ -1,14 +1,15 @@
 """The spyre worker: what vLLM's executor calls, one worker per device."""
 
-import logging
 import os
 
 import torch
+from vllm.logger import init_logger
 from vllm.v1.worker.worker_base import CompilationTimes, WorkerBase
 
 from .model_runner import SpyreModelRunner
 
-logger = logging.getLogger(__name__)
+# Under "vllm", where vLLM configures its log output.
+logger = init_logger("vllm.spyre." + __name__.rsplit(".", 1)[-1])
 
 # Without kv_cache_memory_bytes the KV cache takes this much device memory at
 # most (the emulated device reserves 128 GiB virtually; a cache that large
