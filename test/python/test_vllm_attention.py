@@ -2,15 +2,14 @@
 on its own: a step that mixes every kind of request (a decode group at the
 head, a chunk of a prompt after cached tokens, a decode request after it, a
 fresh prompt, a one-token prompt), blocks scattered over the cache, against
-attention over contiguous keys and values on the CPU; with no CPU fallback."""
+attention over contiguous keys and values on the CPU; with no CPU fallback.
+The attention module needs no vLLM."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-pytest.importorskip("vllm", reason="vLLM 0.32.0 is not installed (scripts/setup.sh installs it)")
-
-from torch_spyre.vllm import attention  # noqa: E402
+from torch_spyre.vllm import attention
 
 BLOCK, BLOCKS, KV_HEADS, Q_HEADS, HEAD = 4, 24, 2, 4, 16
 

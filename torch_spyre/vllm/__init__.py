@@ -12,7 +12,7 @@ concern:
   device memory and one forward pass per scheduler step;
 * ``attention``: paged attention over KV cache blocks in device memory,
   plugged into the Hugging Face model as a transformers attention function;
-  ``SpyreAttentionBackend`` names it to vLLM;
+* ``backend``: ``SpyreAttentionBackend``, what vLLM's attention selector gets;
 * ``sampler``: greedy and seeded random sampling on the host.
 
 This module stays light: vLLM calls ``register()`` while it resolves its

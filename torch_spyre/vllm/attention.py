@@ -30,9 +30,8 @@ which
 
 No attention mask is built by transformers for this implementation (it is
 not in transformers' mask registry); causality comes from the step's own
-description. ``SpyreAttentionBackend`` is the name vLLM's attention selector
-gets for this platform (its KV cache layout questions); vLLM's own attention
-layers are not used by this model runner.
+description. This module needs no vLLM (``backend.py`` is what vLLM's
+attention selector gets).
 """
 
 import contextlib
@@ -282,41 +281,3 @@ def register():
     from transformers import AttentionInterface
 
     AttentionInterface.register(NAME, paged_attention)
-
-
-def _backend_base():
-    from vllm.v1.attention.backend import AttentionBackend
-
-    return AttentionBackend
-
-
-class SpyreAttentionBackend(_backend_base()):
-    """What vLLM's attention selector gets on the spyre platform: the KV cache
-    dtypes, block sizes and head sizes the paged attention above serves. The
-    spyre model runner calls ``paged_attention`` itself; vLLM's attention layer
-    implementation and metadata builder are not used."""
-
-    supported_dtypes = [torch.float32, torch.float16, torch.bfloat16]
-    supported_kv_cache_dtypes = ["auto"]
-    forward_includes_kv_cache_update = True
-
-    @staticmethod
-    def get_name() -> str:
-        return "SPYRE_PAGED"
-
-    @staticmethod
-    def get_impl_cls():
-        raise NotImplementedError("spyre: the model runner attends through "
-                                  "torch_spyre.vllm.attention.paged_attention; vLLM's "
-                                  "attention layers are not used on spyre yet")
-
-    @staticmethod
-    def get_builder_cls():
-        raise NotImplementedError("spyre: the model runner builds its own step "
-                                  "(torch_spyre.vllm.attention.StepBatch)")
-
-    @staticmethod
-    def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size,
-                           cache_dtype_str="auto"):
-        # Per layer, keys and values: [2, num_blocks * block_size, kv_heads, head].
-        return (2, num_blocks * block_size, num_kv_heads, head_size)

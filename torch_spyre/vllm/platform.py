@@ -19,7 +19,7 @@ from vllm.exceptions import VLLMValidationError
 from vllm.platforms.interface import Platform, PlatformEnum
 
 WORKER = "torch_spyre.vllm.worker.SpyreWorker"
-ATTENTION_BACKEND = "torch_spyre.vllm.attention.SpyreAttentionBackend"
+ATTENTION_BACKEND = "torch_spyre.vllm.backend.SpyreAttentionBackend"
 DEFAULT_BLOCK_SIZE = 16
 
 
