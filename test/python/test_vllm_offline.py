@@ -202,3 +202,19 @@ def test_unsupported_sampling_is_refused_with_a_clear_error(llama_dir):
             cpu_model(llama_dir), [[5, 6]], 2)
     finally:
         close(llm)
+
+
+def test_tensor_parallel_over_two_devices_gives_the_same_tokens(llama_dir):
+    # Two workers (processes), one per emulated device, each with half the
+    # heads and half the MLP; the partial sums all-reduced by spyreccl.
+    prompts = prompts_of([1, 6, 19], seed=3)
+    want = cpu_greedy(cpu_model(llama_dir), prompts)
+    llm = make_llm(llama_dir, tensor_parallel_size=2)
+    try:
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], greedy(),
+                            use_tqdm=False)
+        devices = llm.collective_rpc("spyre_kv_cache_devices")
+    finally:
+        close(llm)
+    assert [list(o.outputs[0].token_ids) for o in outs] == want
+    assert [d[0] for d in devices] == ["spyre:0", "spyre:1"]

@@ -72,6 +72,13 @@ class SpyreModelRunner:
             cfg.model, revision=cfg.revision, dtype=self.dtype,
             trust_remote_code=cfg.trust_remote_code, attn_implementation=attention.NAME)
         self._check_supported(model.config)
+        tp = self.parallel_config.tensor_parallel_size
+        if tp > 1:
+            from vllm.distributed import get_tensor_model_parallel_rank, get_tp_group
+
+            from .tensor_parallel import shard
+
+            shard(model, get_tensor_model_parallel_rank(), tp, get_tp_group().device_group)
         self.model = model.to(self.device).eval()
         logger.info("spyre: loaded %s (%s) on %s in %s, %.1f MiB of device memory",
                     cfg.model, type(model).__name__, self.device, self.dtype,

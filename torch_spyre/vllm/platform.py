@@ -6,9 +6,9 @@ platform names the device (``spyre``, dispatch key PrivateUse1), answers
 vLLM's memory and seed questions through ``torch.spyre``, and in
 ``check_and_update_config`` makes the configuration one this first version
 serves: its own worker and model runner (the Hugging Face model eager on the
-device with paged attention over a KV cache in device memory), one device (no
-tensor or pipeline parallelism yet), synchronous scheduling and no vLLM
-compilation or CUDA graphs. What it cannot serve it refuses with an error
+device with paged attention over a KV cache in device memory), tensor
+parallelism over the spyre devices (no pipeline parallelism yet), synchronous
+scheduling and no vLLM compilation or CUDA graphs. What it cannot serve it refuses with an error
 that says so, at configuration time or per request (``validate_request``).
 """
 
@@ -102,11 +102,15 @@ class SpyrePlatform(Platform):
         from vllm.config.compilation import CUDAGraphMode
 
         parallel = vllm_config.parallel_config
-        if parallel.tensor_parallel_size > 1 or parallel.pipeline_parallel_size > 1:
+        if parallel.pipeline_parallel_size > 1:
             raise NotImplementedError(
-                "spyre: tensor and pipeline parallelism are not supported yet by the vLLM "
-                f"spyre platform (tensor_parallel_size={parallel.tensor_parallel_size}, "
-                f"pipeline_parallel_size={parallel.pipeline_parallel_size}); use 1")
+                "spyre: pipeline parallelism is not supported yet by the vLLM spyre platform "
+                f"(pipeline_parallel_size={parallel.pipeline_parallel_size}); use 1")
+        if parallel.tensor_parallel_size > torch.spyre.device_count():
+            raise ValueError(
+                f"spyre: tensor_parallel_size={parallel.tensor_parallel_size} needs as many "
+                f"spyre devices, there are {torch.spyre.device_count()} (the emulator: "
+                "SPYRE_SIM_DEVICES)")
         if parallel.data_parallel_size > 1:
             raise NotImplementedError("spyre: data parallelism is not supported yet; use "
                                       "data_parallel_size=1")

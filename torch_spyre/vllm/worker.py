@@ -25,6 +25,15 @@ class SpyreWorker(WorkerBase):
                                "is False)")
         self.device = torch.device("spyre", self.local_rank)
         torch.spyre.set_device(self.device)
+        if self.parallel_config.world_size > 1:
+            # The ranks' process groups: gloo for host tensors, spyreccl for
+            # the all-reduces of the tensor-parallel layers.
+            from vllm.platforms import current_platform
+            from vllm.v1.worker.gpu_worker import init_worker_distributed_environment
+
+            init_worker_distributed_environment(self.vllm_config, self.rank,
+                                                self.distributed_init_method, self.local_rank,
+                                                current_platform.dist_backend)
         from vllm.utils.torch_utils import set_random_seed
 
         set_random_seed(self.model_config.seed)
