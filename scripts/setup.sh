@@ -59,6 +59,7 @@ fi
 # Rust frontend (it would fetch crates); TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps
 # `import torch` in the build from loading torch_spyre before it is built.
 VLLM_VERSION=0.32.0
+VLLM_SDIST="https://files.pythonhosted.org/packages/d5/df/5471312c76e335eaa2b8333e87ea39f0d37bfe24f10a582620e34ff12e33/vllm-0.32.0.tar.gz#sha256=d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"
 have=$("$PYTHON" -c "import importlib.metadata as m; print(m.version('vllm'))" 2>/dev/null || true)
 if [ "${have%%+*}" != "$VLLM_VERSION" ]; then
   echo "setup: installing vllm==$VLLM_VERSION (source, VLLM_TARGET_DEVICE=empty)"
@@ -72,9 +73,10 @@ if [ "${have%%+*}" != "$VLLM_VERSION" ]; then
   if ((${#build_tools[@]})); then
     "$PYTHON" -m pip install -q -c "$constraints" "${build_tools[@]}"
   fi
+  # The sdist by its PyPI address and hash: built with the empty target it
+  # calls itself 0.32.0+empty, which pip would refuse for "vllm==0.32.0".
   TORCH_DEVICE_BACKEND_AUTOLOAD=0 VLLM_TARGET_DEVICE=empty CARGO=false \
-    "$PYTHON" -m pip install -q -c "$constraints" --no-build-isolation \
-    --no-binary vllm "vllm==$VLLM_VERSION"
+    "$PYTHON" -m pip install -q -c "$constraints" --no-build-isolation "vllm @ $VLLM_SDIST"
   rm -f "$constraints"
 fi
 echo "setup: ok"
