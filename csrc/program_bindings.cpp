@@ -261,6 +261,9 @@ kernels::LoopKernel loop_kernel_of(const py::dict& d) {
     buf.host_sizes = field<std::vector<int64_t>>(b, "host_sizes");
     buf.stick_stride_bytes = field<int64_t>(b, "stick_stride_bytes");
     buf.dim_stride_bytes = field<std::vector<int64_t>>(b, "dim_stride_bytes");
+    if (b.contains("offset_bytes")) {
+      buf.offset_bytes = field<uint64_t>(b, "offset_bytes");
+    }
     k.buffers.push_back(std::move(buf));
   }
   for (const auto& item : field<py::list>(d, "ops")) {

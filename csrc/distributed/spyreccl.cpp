@@ -163,6 +163,7 @@ void StagedWork::finish_once() {
   if (finished_) return;
   if (finish_) finish_();
   finished_ = true;
+  finish_ = nullptr;  // drops the staging buffers it holds
 }
 
 bool StagedWork::wait(std::chrono::milliseconds timeout) {

@@ -23,6 +23,7 @@
 
 #include "ops/elementwise_steps.h"
 #include "ops/launch.h"
+#include "ops/math_steps.h"
 
 namespace spyre::torch_glue::ops {
 namespace {
@@ -59,6 +60,13 @@ enum class Shape : uint8_t {
   kWhere,       // (cond, self, other)
   kMaskedFill,  // (self, mask, value)
   kTest,        // bool result of op(x, imm), or of op(x, x) for isnan
+  // Chains of vector ops for functions with no op of their own
+  // (math_steps.h).
+  kLog1p,
+  kExpm1,
+  kSoftplus,  // (self, beta, threshold)
+  kAcos,
+  kErfinv,
 };
 
 struct Family {
@@ -67,6 +75,7 @@ struct Family {
   VecOp op = VecOp::kCopy;
   bool floating_only = false;  // integer inputs go to the CPU fallback
   double imm = 0;              // kTest's comparand
+  bool integer_only = false;   // floating inputs go to the CPU fallback
 };
 
 const Family* family_of(std::string_view name) {
@@ -76,6 +85,11 @@ const Family* family_of(std::string_view name) {
       {"maximum", {Promotion::kArith, Shape::kBinary, VecOp::kMax}},
       {"minimum", {Promotion::kArith, Shape::kBinary, VecOp::kMin}},
       {"remainder", {Promotion::kArith, Shape::kBinary, VecOp::kRemainder}},
+      // Integer division rounds toward -inf on the device, as floor_divide
+      // does (mixture-of-experts routing: token = pair // top_k). Floating
+      // floor_divide rounds the CPU's own way (fmod based): the CPU's.
+      {"floor_divide",
+       {Promotion::kArith, Shape::kBinary, VecOp::kDiv, false, 0, true}},
       {"pow", {Promotion::kArith, Shape::kBinary, VecOp::kPow}},
       {"eq", {Promotion::kCompare, Shape::kBinary, VecOp::kEq}},
       {"ne", {Promotion::kCompare, Shape::kBinary, VecOp::kNe}},
@@ -95,6 +109,11 @@ const Family* family_of(std::string_view name) {
       {"sigmoid", {Promotion::kFloat, Shape::kUnary, VecOp::kSigmoid}},
       {"reciprocal", {Promotion::kFloat, Shape::kUnary, VecOp::kRecip}},
       {"erf", {Promotion::kFloat, Shape::kUnary, VecOp::kErf}},
+      {"log1p", {Promotion::kFloat, Shape::kLog1p}},
+      {"expm1", {Promotion::kFloat, Shape::kExpm1}},
+      {"softplus", {Promotion::kFloat, Shape::kSoftplus, VecOp::kCopy, true}},
+      {"acos", {Promotion::kFloat, Shape::kAcos}},
+      {"erfinv", {Promotion::kFloat, Shape::kErfinv}},
       {"sin", {Promotion::kFloat, Shape::kUnary, VecOp::kSin}},
       {"cos", {Promotion::kFloat, Shape::kUnary, VecOp::kCos}},
       {"gelu", {Promotion::kFloat, Shape::kGelu, VecOp::kGelu, true}},
@@ -320,6 +339,7 @@ bool device_computes(const Family& family, const Call& call,
     return false;  // the CPU raises PyTorch's error for floating operands
   }
   if (family.floating_only && !at::isFloatingType(common)) return false;
+  if (family.integer_only && !at::isIntegralType(common, false)) return false;
   // Integer powers with a negative scalar exponent raise on the CPU.
   if (family.op == VecOp::kPow && !at::isFloatingType(common) &&
       call.inputs[1].is_cpu() && call.inputs[1].item<double>() < 0) {
@@ -383,6 +403,23 @@ void build_steps(const Family& family, const Call& call, Operands& ops) {
           family.op == VecOp::kNe ? v[0] : Operands::Value{-1, family.imm},
           rt::DType::kBool);
       return;
+    case Shape::kLog1p:
+      log1p_steps(ops, ops.materialized(v[0]));
+      return;
+    case Shape::kExpm1:
+      expm1_steps(ops, ops.materialized(v[0]));
+      return;
+    case Shape::kSoftplus:
+      softplus_steps(ops, ops.materialized(v[0]),
+                     compute_parameter(call.inputs[1].item(), ops.common),
+                     compute_parameter(call.inputs[2].item(), ops.common));
+      return;
+    case Shape::kAcos:
+      acos_steps(ops, ops.materialized(v[0]));
+      return;
+    case Shape::kErfinv:
+      erfinv_steps(ops, ops.materialized(v[0]));
+      return;
   }
 }
 
@@ -435,27 +472,32 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
         "mul.Tensor", "mul_.Tensor", "mul.out", "div.Tensor", "div_.Tensor",
         "div.out", "maximum", "maximum.out", "minimum", "minimum.out",
         "remainder.Tensor", "remainder_.Tensor", "remainder.Tensor_out",
-        "pow.Tensor_Tensor", "pow_.Tensor", "pow.Tensor_Tensor_out",
-        "pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out",
-        "pow.Scalar", "pow.Scalar_out", "eq.Tensor", "eq_.Tensor",
-        "eq.Tensor_out", "eq.Scalar", "eq_.Scalar", "eq.Scalar_out",
-        "ne.Tensor", "ne_.Tensor", "ne.Tensor_out", "ne.Scalar", "ne_.Scalar",
-        "ne.Scalar_out", "lt.Tensor", "lt_.Tensor", "lt.Tensor_out",
-        "lt.Scalar", "lt_.Scalar", "lt.Scalar_out", "le.Tensor", "le_.Tensor",
-        "le.Tensor_out", "le.Scalar", "le_.Scalar", "le.Scalar_out",
-        "gt.Tensor", "gt_.Tensor", "gt.Tensor_out", "gt.Scalar", "gt_.Scalar",
-        "gt.Scalar_out", "ge.Tensor", "ge_.Tensor", "ge.Tensor_out",
-        "ge.Scalar", "ge_.Scalar", "ge.Scalar_out", "logical_and.out",
-        "logical_and_", "logical_or.out", "logical_or_", "logical_not.out",
-        "logical_not_",
+        "floor_divide", "floor_divide_.Tensor", "floor_divide.out",
+        "floor_divide.Scalar", "floor_divide_.Scalar",
+        "floor_divide.Scalar_out", "pow.Tensor_Tensor", "pow_.Tensor",
+        "pow.Tensor_Tensor_out", "pow.Tensor_Scalar", "pow_.Scalar",
+        "pow.Tensor_Scalar_out", "pow.Scalar", "pow.Scalar_out", "eq.Tensor",
+        "eq_.Tensor", "eq.Tensor_out", "eq.Scalar", "eq_.Scalar",
+        "eq.Scalar_out", "ne.Tensor", "ne_.Tensor", "ne.Tensor_out",
+        "ne.Scalar", "ne_.Scalar", "ne.Scalar_out", "lt.Tensor", "lt_.Tensor",
+        "lt.Tensor_out", "lt.Scalar", "lt_.Scalar", "lt.Scalar_out",
+        "le.Tensor", "le_.Tensor", "le.Tensor_out", "le.Scalar", "le_.Scalar",
+        "le.Scalar_out", "gt.Tensor", "gt_.Tensor", "gt.Tensor_out",
+        "gt.Scalar", "gt_.Scalar", "gt.Scalar_out", "ge.Tensor", "ge_.Tensor",
+        "ge.Tensor_out", "ge.Scalar", "ge_.Scalar", "ge.Scalar_out",
+        "logical_and.out", "logical_and_", "logical_or.out", "logical_or_",
+        "logical_not.out", "logical_not_",
         // unary math
         "exp", "exp_", "exp.out", "log", "log_", "log.out", "sqrt", "sqrt_",
         "sqrt.out", "rsqrt", "rsqrt_", "rsqrt.out", "tanh", "tanh_", "tanh.out",
         "sigmoid", "sigmoid_", "sigmoid.out", "reciprocal", "reciprocal_",
-        "reciprocal.out", "erf", "erf_", "erf.out", "sin", "sin_", "sin.out",
-        "cos", "cos_", "cos.out", "gelu", "gelu_", "gelu.out", "silu", "silu_",
-        "silu.out", "abs", "abs_", "abs.out", "neg", "neg_", "neg.out", "floor",
-        "floor_", "floor.out", "relu", "relu_",
+        "reciprocal.out", "erf", "erf_", "erf.out", "log1p", "log1p_",
+        "log1p.out", "expm1", "expm1_", "expm1.out", "softplus", "softplus.out",
+        "acos", "acos_", "acos.out", "erfinv", "erfinv_", "erfinv.out", "sin",
+        "sin_", "sin.out", "cos", "cos_", "cos.out", "gelu", "gelu_",
+        "gelu.out", "silu", "silu_", "silu.out", "abs", "abs_", "abs.out",
+        "neg", "neg_", "neg.out", "floor", "floor_", "floor.out", "relu",
+        "relu_",
         // clamp, where, masked_fill
         "clamp", "clamp_", "clamp.out", "clamp.Tensor", "clamp_.Tensor",
         "clamp.Tensor_out", "clamp_min", "clamp_min_", "clamp_min.out",

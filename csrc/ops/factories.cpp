@@ -1,11 +1,15 @@
 // Factories and fills that run as device programs: arange (iota), uniform_
 // and normal_ (Philox RandFill from the device generator; rand, randn and
-// normal build on them), triu/tril (index compare and select). fill_, zero_,
+// normal build on them), triu/tril (index compare and select), eye (rows
+// compared with columns). fill_, zero_,
 // full, zeros and ones reach the device through fill_ (factory.cpp).
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/arange_ops.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/eye_ops.h>
 #include <ATen/ops/normal_ops.h>
 #include <ATen/ops/tril_ops.h>
 #include <ATen/ops/triu_ops.h>
@@ -65,6 +69,25 @@ at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end,
        kernels::copy_step(0)});
   return out;
 }
+
+// ---- eye -------------------------------------------------------------------
+
+at::Tensor& eye_m_out(int64_t n, int64_t m, at::Tensor& out) {
+  TORCH_CHECK(n >= 0, "n must be greater or equal to 0, got ", n);
+  TORCH_CHECK(m >= 0, "m must be greater or equal to 0, got ", m);
+  if (!has_device_dtype(out.scalar_type())) {
+    return at::native::call_fallback_fn<&cpu_fallback,
+                                        at::_ops::eye_m_out>::call(n, m, out);
+  }
+  out.resize_({n, m});
+  if (out.numel() == 0) return out;
+  const auto positions = out.options().dtype(at::kLong);
+  out.copy_(
+      at::eq(at::arange(n, positions).unsqueeze(1), at::arange(m, positions)));
+  return out;
+}
+
+at::Tensor& eye_out(int64_t n, at::Tensor& out) { return eye_m_out(n, n, out); }
 
 // ---- random ----------------------------------------------------------------
 
@@ -173,6 +196,8 @@ at::Tensor& triangle_inplace(at::Tensor& self, int64_t k) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("arange.start_out", TORCH_FN(arange_out));
+  m.impl("eye.m_out", TORCH_FN(eye_m_out));
+  m.impl("eye.out", TORCH_FN(eye_out));
   m.impl("uniform_", TORCH_FN(uniform_inplace));
   m.impl("normal_", TORCH_FN(normal_inplace));
   m.impl("triu", TORCH_FN(triangle_functional<true>));

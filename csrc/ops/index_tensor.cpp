@@ -8,6 +8,7 @@
 // index_copy (the write of a static KV cache) is written the same way.
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_index_put_impl_ops.h>
@@ -21,6 +22,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/eq.h>
+#include <ATen/ops/flip_ops.h>
 #include <ATen/ops/gather_ops.h>
 #include <ATen/ops/ge.h>
 #include <ATen/ops/index_copy_ops.h>
@@ -208,20 +210,31 @@ at::Tensor& index_out_kernel(const at::Tensor& self, const IndexList& list,
 // self, where a scatter of the n slices would move only those. An index
 // outside the dim makes the gather raise a device error (one extra, out of
 // range, row is gathered then), never a silently dropped slice.
-bool index_copyable(const at::Tensor& self, int64_t dim,
-                    const at::Tensor& index, const at::Tensor& source) {
+bool index_copyable(const at::Tensor& self, const at::Tensor& index,
+                    const at::Tensor& source) {
   return has_device_dtype(self.scalar_type()) &&
          source.scalar_type() == self.scalar_type() &&
          index.scalar_type() == at::kLong && index.dim() <= 1 &&
          source.is_privateuseone() && index.is_privateuseone() &&
-         self.dim() > 0 && dim != self.dim() - 1;
+         self.dim() > 0;
+}
+
+// source's slices `pick` along d: the row gather of index_select, or, along
+// the last dim (which index_select leaves to the CPU), advanced indexing.
+at::Tensor slices_along(const at::Tensor& source, int64_t d,
+                        const at::Tensor& pick) {
+  if (d != source.dim() - 1) return at::index_select(source, d, pick);
+  IndexList list;
+  for (int64_t k = 0; k < d; ++k) list.push_back(std::nullopt);
+  list.push_back(pick);
+  return index_kernel(source, list);
 }
 
 at::Tensor& index_copy_out(const at::Tensor& self, int64_t dim,
                            const at::Tensor& index, const at::Tensor& source,
                            at::Tensor& out) {
   const int64_t d = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
-  if (!index_copyable(self, d, index, source)) {
+  if (!index_copyable(self, index, source)) {
     return at::native::call_fallback_fn<
         &cpu_fallback, at::_ops::index_copy_out>::call(self, dim, index, source,
                                                        out);
@@ -251,8 +264,7 @@ at::Tensor& index_copy_out(const at::Tensor& self, int64_t dim,
                 at::scalar_tensor(0, flat.options()));
   const at::Tensor pick =
       at::cat({at::argmax(hits.to(at::kLong), 1), guard}, 0);
-  const at::Tensor rows =
-      at::index_select(source, d, pick).narrow(d, 0, places);
+  const at::Tensor rows = slices_along(source, d, pick).narrow(d, 0, places);
   std::vector<int64_t> mask_shape(self.dim(), 1);
   mask_shape[d] = places;
   out.copy_(at::where(has.view(mask_shape), rows, self));
@@ -314,6 +326,33 @@ at::Tensor& gather_out_kernel(const at::Tensor& self, int64_t dim,
   return write_result(result, out);
 }
 
+// flip (Longformer-style sliding-window attention reverses its chunks):
+// each flipped dim indexed by its positions in reverse.
+at::Tensor flip_kernel(const at::Tensor& self, at::IntArrayRef dims) {
+  if (!has_device_dtype(self.scalar_type())) {
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::flip>::call(
+        self, dims);
+  }
+  const auto flipped =
+      at::dim_list_to_bitset(dims, std::max<int64_t>(self.dim(), 1));
+  at::Tensor result = self;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (!flipped[d] || self.size(d) < 2 || self.numel() == 0) continue;
+    IndexList list;
+    for (int64_t k = 0; k < d; ++k) list.push_back(std::nullopt);
+    list.push_back(
+        at::arange(self.size(d) - 1, -1, -1, self.options().dtype(at::kLong)));
+    result = index_kernel(result, list);
+  }
+  return result.is_same(self) ? self.clone() : result;
+}
+
+at::Tensor& flip_out_kernel(const at::Tensor& self, at::IntArrayRef dims,
+                            at::Tensor& out) {
+  check_out_apart(out, {self});
+  return write_result(flip_kernel(self, dims), out);
+}
+
 // x[..., idx, ...] = values with one integer index tensor (what index_copy_
 // becomes under torch.compile), written as index_copy; x[mask] = value with a
 // mask of x's shape, as a select. Other forms (several index tensors,
@@ -345,15 +384,21 @@ at::Tensor& index_put_impl_(at::Tensor& self, const IndexList& list,
     return self;
   }
   if (index.scalar_type() != at::kLong || index.dim() != 1) return fallback();
+  // Negative indices count from the end, as in Python (index_copy would
+  // refuse them).
+  const at::Tensor wrapped =
+      at::where(at::lt(index, 0), at::add(index, self.size(d)), index);
   std::vector<int64_t> slices = self.sizes().vec();
   slices[d] = index.numel();
   const at::Tensor source = values.to(self.scalar_type()).expand(slices);
-  if (!index_copyable(self, d, index, source)) return fallback();
-  return index_copy_out(self, d, index, source.contiguous(), self);
+  if (!index_copyable(self, wrapped, source)) return fallback();
+  return index_copy_out(self, d, wrapped, source.contiguous(), self);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_index_put_impl_", index_put_impl_);
+  m.impl("flip", flip_kernel);
+  m.impl("flip.out", flip_out_kernel);
   m.impl("gather", gather_kernel);
   m.impl("gather.out", gather_out_kernel);
   m.impl("index.Tensor", index_kernel);

@@ -17,6 +17,7 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/baddbmm_ops.h>
 #include <ATen/ops/bmm_ops.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear_native.h>
@@ -230,6 +231,48 @@ at::Tensor& addmm_out_kernel(const at::Tensor& self, const at::Tensor& mat1,
   return write_result(addmm_kernel(self, mat1, mat2, beta, alpha), out);
 }
 
+// baddbmm (ALiBi attention scores of BLOOM-style models): one batched
+// product with self as its bias, as addmm is for matrices.
+at::Tensor baddbmm_kernel(const at::Tensor& self, const at::Tensor& batch1,
+                          const at::Tensor& batch2, const at::Scalar& beta,
+                          const at::Scalar& alpha) {
+  TORCH_CHECK(batch1.dim() == 3, "batch1 must be a 3D tensor");
+  TORCH_CHECK(batch2.dim() == 3, "batch2 must be a 3D tensor");
+  TORCH_CHECK(
+      batch1.size(0) == batch2.size(0) && batch1.size(2) == batch2.size(1),
+      "baddbmm: shapes ", batch1.sizes(), " and ", batch2.sizes(),
+      " cannot be multiplied");
+  check_same_dtype("baddbmm", batch1, batch2);
+  check_same_dtype("baddbmm", self, batch1);
+  if (!supported_dtype(self.scalar_type())) {
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::baddbmm>::call(
+        self, batch1, batch2, beta, alpha);
+  }
+  at::Tensor out =
+      empty_for(batch1, {batch1.size(0), batch1.size(1), batch2.size(2)});
+  const double b = beta.toDouble();
+  run_matmul(batch1, batch2,
+             b != 0 ? std::optional<at::Tensor>(self) : std::nullopt,
+             alpha.toDouble(), b, out, 1);
+  return out;
+}
+
+at::Tensor& baddbmm_out_kernel(const at::Tensor& self, const at::Tensor& batch1,
+                               const at::Tensor& batch2, const at::Scalar& beta,
+                               const at::Scalar& alpha, at::Tensor& out) {
+  // out may be self (baddbmm_), not a part of it nor a factor.
+  check_out_apart(out, {batch1, batch2});
+  if (!out.is_same(self)) at::assert_no_partial_overlap(out, self);
+  return write_result(baddbmm_kernel(self, batch1, batch2, beta, alpha), out);
+}
+
+at::Tensor& baddbmm_inplace_kernel(at::Tensor& self, const at::Tensor& batch1,
+                                   const at::Tensor& batch2,
+                                   const at::Scalar& beta,
+                                   const at::Scalar& alpha) {
+  return baddbmm_out_kernel(self, batch1, batch2, beta, alpha, self);
+}
+
 // linear with the input's leading dims kept as row dims of one product:
 // out [..., N] = input [..., K] @ weight[N, K]^T + bias.
 at::Tensor linear_kernel(const at::Tensor& input, const at::Tensor& weight,
@@ -303,6 +346,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("bmm.out", bmm_out_kernel);
   m.impl("addmm", addmm_kernel);
   m.impl("addmm.out", addmm_out_kernel);
+  m.impl("baddbmm", baddbmm_kernel);
+  m.impl("baddbmm.out", baddbmm_out_kernel);
+  m.impl("baddbmm_", baddbmm_inplace_kernel);
   m.impl("linear", linear_kernel);
   m.impl("matmul", matmul_kernel);
 }

@@ -1,5 +1,6 @@
 // Layer norm and RMS norm as device programs (kernels/norm.h):
-// native_layer_norm (what nn.LayerNorm and F.layer_norm reach), rms_norm and
+// layer_norm (what nn.LayerNorm and F.layer_norm reach; without autograd
+// one kernel that writes no statistics), native_layer_norm, rms_norm and
 // _fused_rms_norm (F.rms_norm reaches rms_norm, which PyTorch only routes to
 // _fused_rms_norm on its own devices; both are registered). Normalised over
 // the last dims: several are flattened into one (a materialized reshape).
@@ -15,7 +16,10 @@
 #include <torch/library.h>
 
 #include <limits>
+#include <mutex>
+#include <string>
 #include <tuple>
+#include <unordered_map>
 
 #include "device_state.h"
 #include "ops/launch.h"
@@ -28,15 +32,40 @@ bool floating(at::ScalarType t) {
   return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat;
 }
 
+// Whether the norm's statistics can be written in their own layout: a
+// block of whole sticks of their rows fits the scratchpad. Found by
+// planning the kernel once per shape.
+bool stats_fit_inline(const kernels::NormShape& shape,
+                      const kernels::NormOptions& options) {
+  kernels::KeyWriter key;
+  key.add(options.rms).add(options.target.scratchpad_budget());
+  append_key(key, shape.in);
+  append_key(key, *shape.rstd);
+  key.add(shape.weight.has_value()).add(shape.bias.has_value());
+  static std::mutex mutex;
+  static std::unordered_map<std::string, bool> fits;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto [it, inserted] = fits.try_emplace(std::string(key.bytes()), true);
+  if (inserted) {
+    try {
+      kernels::build_norm(shape, options);
+    } catch (const kernels::LoopKernelTooLarge&) {
+      it->second = false;
+    }
+  }
+  return it->second;
+}
+
 struct NormResult {
   at::Tensor out, mean, rstd;  // stats in the input dims minus the normed ones
 };
 
-// Normalises `input` over its last `normed` dims.
+// Normalises `input` over its last `normed` dims; the statistics (mean and
+// rstd; RMS norm: rstd) only `with_stats`.
 NormResult run_norm(const at::Tensor& input, int64_t normed,
                     const std::optional<at::Tensor>& weight,
-                    const std::optional<at::Tensor>& bias, double eps,
-                    bool rms) {
+                    const std::optional<at::Tensor>& bias, double eps, bool rms,
+                    bool with_stats = true) {
   const int64_t outer_dims = input.dim() - normed;
   const std::vector<int64_t> outer(input.sizes().begin(),
                                    input.sizes().begin() + outer_dims);
@@ -53,10 +82,10 @@ NormResult run_norm(const at::Tensor& input, int64_t normed,
   const auto tensor_options = input.options().memory_format(std::nullopt);
   NormResult r;
   r.out = at::empty(input.sizes(), tensor_options);
-  if (!rms) r.mean = at::empty(squeezed_outer, tensor_options);
-  r.rstd = at::empty(squeezed_outer, tensor_options);
+  if (with_stats && !rms) r.mean = at::empty(squeezed_outer, tensor_options);
+  if (with_stats) r.rstd = at::empty(squeezed_outer, tensor_options);
   if (input.numel() == 0) {
-    if (!rms && r.mean.numel() > 0) {
+    if (with_stats && !rms && r.mean.numel() > 0) {
       r.mean.fill_(std::numeric_limits<double>::quiet_NaN());
       r.rstd.fill_(std::numeric_limits<double>::quiet_NaN());
     }
@@ -85,16 +114,36 @@ NormResult run_norm(const at::Tensor& input, int64_t normed,
   };
   if (weight && weight->defined()) shape.weight = vector_arg(*weight);
   if (bias && bias->defined()) shape.bias = vector_arg(*bias);
-  if (!rms) {
-    shape.mean = *matrix_view(r.mean, 0);
-    args.push_back(r.mean);
-  }
-  shape.rstd = *matrix_view(r.rstd, 0);
-  args.push_back(r.rstd);
   kernels::NormOptions options;
   options.target = {device_chip(x.device().index())};
   options.rms = rms;
   options.eps = eps;
+  // The statistics in their own layout (the last outer dim along sticks)
+  // need blocks of whole sticks of rows; for wide rows those do not fit the
+  // scratchpad, and the kernel writes them one value per stick instead (a
+  // scratch [rows, E], column 0), copied into place after.
+  struct Stat {
+    at::Tensor result, written;
+    std::optional<kernels::Matrix>* operand;
+  };
+  std::vector<Stat> stats;
+  if (r.mean.defined()) stats.push_back({r.mean, r.mean, &shape.mean});
+  if (r.rstd.defined()) stats.push_back({r.rstd, r.rstd, &shape.rstd});
+  const auto place_stats = [&](bool in_own_layout) {
+    for (Stat& stat : stats) {
+      stat.written = stat.result;
+      if (!in_own_layout) {
+        const int64_t per_stick =
+            rt::elements_per_stick(device_dtype(stat.result.scalar_type()));
+        stat.written = at::empty({x.numel() / cols, per_stick}, tensor_options)
+                           .narrow(1, 0, 1);
+      }
+      *stat.operand = *matrix_view(stat.written, 0);
+    }
+  };
+  place_stats(true);
+  if (!stats.empty() && !stats_fit_inline(shape, options)) place_stats(false);
+  for (const Stat& stat : stats) args.push_back(stat.written);
   kernels::KeyWriter key;
   key.add("norm").add(rms).add(eps);
   for (const auto* m : {&shape.in, &shape.out}) append_key(key, *m);
@@ -105,6 +154,11 @@ NormResult run_norm(const at::Tensor& input, int64_t normed,
   launch_cached(
       input.device().index(), ProgramKey(std::move(key)),
       [&] { return kernels::build_norm(shape, options); }, args);
+  for (const Stat& stat : stats) {
+    if (!stat.written.is_same(stat.result)) {
+      device_copy(stat.written.view(stat.result.sizes()), stat.result);
+    }
+  }
   if (!out_direct) device_copy(out2.view(input.sizes()), r.out);
   return r;
 }
@@ -147,6 +201,42 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_kernel(
   NormResult r = run_norm(input, normed, weight, bias, eps, false);
   const auto stats = keep_shape(input, normed);
   return {r.out, r.mean.reshape(stats), r.rstd.reshape(stats)};
+}
+
+// layer_norm is composite (native_layer_norm, its output kept): run as one
+// kernel that writes no statistics, unless autograd or a tracer must see
+// native_layer_norm (which saves them for the backward).
+at::Tensor layer_norm_kernel(const at::Tensor& input,
+                             c10::SymIntArrayRef normalized_shape_sym,
+                             const std::optional<at::Tensor>& weight,
+                             const std::optional<at::Tensor>& bias, double eps,
+                             bool /*cudnn_enable*/) {
+  const auto normalized_shape =
+      c10::asIntArrayRefUnchecked(normalized_shape_sym);
+  check_normalized_shape(input, normalized_shape, "layer_norm");
+  if (!floating(input.scalar_type()) || !params_ok(input, weight) ||
+      !params_ok(input, bias)) {
+    return std::get<0>(at::_ops::native_layer_norm::call(
+        input, normalized_shape_sym, weight, bias, eps));
+  }
+  return run_norm(input, static_cast<int64_t>(normalized_shape.size()), weight,
+                  bias, eps, false, false)
+      .out;
+}
+
+at::Tensor layer_norm_autograd_kernel(const at::Tensor& input,
+                                      c10::SymIntArrayRef normalized_shape,
+                                      const std::optional<at::Tensor>& weight,
+                                      const std::optional<at::Tensor>& bias,
+                                      double eps, bool cudnn_enable) {
+  if (composite_must_decompose(
+          {&input, weight ? &*weight : nullptr, bias ? &*bias : nullptr})) {
+    return std::get<0>(at::_ops::native_layer_norm::call(
+        input, normalized_shape, weight, bias, eps));
+  }
+  c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
+  return layer_norm_kernel(input, normalized_shape, weight, bias, eps,
+                           cudnn_enable);
 }
 
 double rms_eps(const at::Tensor& input, std::optional<double> eps) {
@@ -200,8 +290,12 @@ at::Tensor rms_norm_kernel(const at::Tensor& input,
   if (!floating(input.scalar_type()) || !params_ok(input, weight)) {
     return rms_norm_decomposed(input, normalized_shape, weight, eps);
   }
-  return std::get<0>(fused_rms_norm_kernel(
-      input, c10::asIntArrayRefUnchecked(normalized_shape), weight, eps));
+  const auto shape = c10::asIntArrayRefUnchecked(normalized_shape);
+  check_normalized_shape(input, shape, "rms_norm");
+  // rms_norm returns no statistics: the kernel writes none
+  return run_norm(input, static_cast<int64_t>(shape.size()), weight,
+                  std::nullopt, rms_eps(input, eps), true, false)
+      .out;
 }
 
 // rms_norm is composite: keep PyTorch's decomposition where autograd or a
@@ -219,12 +313,14 @@ at::Tensor rms_norm_autograd_kernel(const at::Tensor& input,
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_layer_norm", native_layer_norm_kernel);
+  m.impl("layer_norm", layer_norm_kernel);
   m.impl("_fused_rms_norm", fused_rms_norm_kernel);
   m.impl("rms_norm", rms_norm_kernel);
 }
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("rms_norm", rms_norm_autograd_kernel);
+  m.impl("layer_norm", layer_norm_autograd_kernel);
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <iterator>
+#include <variant>
 
 #include "loop_kernel_internal.h"
 #include "spyre/kernels/reduce.h"
@@ -166,6 +168,49 @@ uint32_t ring_cores(const LoopKernel& k, uint32_t num_cores) {
       std::min<int64_t>(num_cores, k.nodes[0].reduced_outer[0]));
 }
 
+// A core's blocks in program order, software-pipelined: the DMA engine runs
+// its transfers in program order, so a block's final stores, emitted before
+// the next block's first loads, would hold those loads until the block's
+// compute is done. With two regions the next block's leading loads go
+// first (they fill the other region), then the previous block's stores.
+class BlockPipeline {
+ public:
+  BlockPipeline(CoreBuilder& out, bool overlap)
+      : out_(out), overlap_(overlap) {}
+
+  void add(std::vector<rt::Instruction> block) {
+    auto first = block.begin(), last = block.end();
+    if (overlap_) {
+      while (first != last && std::holds_alternative<rt::DmaLoad>(*first)) {
+        ++first;
+      }
+      while (last != first &&
+             std::holds_alternative<rt::DmaStore>(*std::prev(last))) {
+        --last;
+      }
+    }
+    emit(block.begin(), first);  // this block's leading loads
+    emit(pending_.begin(), pending_.end());
+    emit(first, last);
+    pending_.assign(std::make_move_iterator(last),
+                    std::make_move_iterator(block.end()));
+  }
+  void finish() {
+    emit(pending_.begin(), pending_.end());
+    pending_.clear();
+  }
+
+ private:
+  template <typename It>
+  void emit(It begin, It end) {
+    for (It it = begin; it != end; ++it) out_.emit(std::move(*it));
+  }
+
+  CoreBuilder& out_;
+  bool overlap_;
+  std::vector<rt::Instruction> pending_;  // the previous block's last stores
+};
+
 ProgramBuilder program_for(const LoopKernel& k, const Target& target) {
   ProgramBuilder program(k.name, target.chip.num_cores,
                          target.chip.scratchpad_bytes);
@@ -258,6 +303,9 @@ void validate_loop_kernel(const LoopKernel& k) {
         b.host_sizes.size() == b.dim_stride_bytes.size(), k,
         rt::str("buffer ", b.name, " has ", b.host_sizes.size(),
                 " host sizes but ", b.dim_stride_bytes.size(), " dim strides"));
+    check(b.offset_bytes % rt::kStickBytes == 0, k,
+          rt::str("buffer ", b.name, " starts ", b.offset_bytes,
+                  " bytes into its slot, not at a stick"));
   }
   for (size_t i = 0; i < k.ops.size(); ++i) {
     const LoopOp& op = k.ops[i];
@@ -381,12 +429,16 @@ LoopKernelProgram build_loop_kernel(const LoopKernel& k,
     const uint64_t regions = double_buffer && hi - lo > 1 ? 2 : 1;
     CoreBuilder& out = program.core(static_cast<uint32_t>(core));
     out.reserve(static_cast<uint32_t>(regions * region), "the block regions");
+    BlockPipeline pipeline(out, regions == 2);
     for (uint64_t i = lo; i < hi; ++i) {
       const Unit& u = units[i];
       loop::RegionAllocator alloc;
-      loop::BlockEmitter(k, &out, ((i - lo) % regions) * region, alloc)
+      CoreBuilder block(out.core(), 0);
+      loop::BlockEmitter(k, &block, ((i - lo) % regions) * region, alloc)
           .block(u.fixed, u.r0, u.R, rc, u.K);
+      pipeline.add(std::move(block).finish().instructions);
     }
+    pipeline.finish();
   }
   LoopKernelProgram result{std::move(program).finish(), {}};
   rt::validate(result.program, target.limits());

@@ -80,11 +80,11 @@ Box make_box(const LoopKernel& kernel, const LoopBuffer& buffer, uint32_t slot,
   const AccessVar* col = kernel.cols ? access.find(LoopRole::kCol) : nullptr;
   if (row != nullptr) coords[row->dim] += row->step * r0;
   // the first element: a stick-aligned byte offset and its place in the stick
-  int64_t dram_offset = 0;
+  auto dram_offset = static_cast<int64_t>(buffer.offset_bytes);
   int64_t e0 = 0;
   if (rank > 0) {
     const int64_t last = coords[rank - 1];
-    dram_offset = (last / per_stick) * buffer.stick_stride_bytes;
+    dram_offset += (last / per_stick) * buffer.stick_stride_bytes;
     for (uint32_t d = 0; d + 1 < rank; ++d) {
       dram_offset += coords[d] * buffer.dim_stride_bytes[d];
     }

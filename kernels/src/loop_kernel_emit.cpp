@@ -4,8 +4,10 @@
 #include <cmath>
 #include <functional>
 #include <stdexcept>
+#include <utility>
 
 #include "loop_kernel_internal.h"
+#include "spyre/kernels/key.h"
 #include "spyre/runtime/error.h"
 
 namespace spyre::kernels::loop {
@@ -33,9 +35,59 @@ bool commutative(rt::VecOp op) {
 
 }  // namespace
 
+namespace {
+
+// Ops that compute the same value share one tile: the compiler's bodies
+// name a load per use and recompute a value in each node that needs it
+// (softmax: its input three times, exp(x - max) twice). Excluded: loads of a
+// buffer the kernel writes (a store between two loads changes what they
+// read) unless kept values of a buffer stored once, reductions, and the ops
+// of reductions over several dims (which move with their reduced-outer
+// vars).
+std::vector<uint32_t> share_equal_values(const LoopKernel& k) {
+  std::map<std::string, int> stores;
+  for (const LoopStore& st : k.stores) ++stores[st.buffer];
+  std::vector<uint32_t> canonical(k.ops.size());
+  std::map<std::string, uint32_t, std::less<>> first;
+  KeyWriter key;
+  for (uint32_t id = 0; id < k.ops.size(); ++id) {
+    canonical[id] = id;
+    const LoopOp& op = k.ops[id];
+    const bool rewritten_load =
+        op.kind == LoopOpKind::kLoad &&
+        (op.access ? stores.count(op.buffer) > 0 : stores[op.buffer] != 1);
+    if (rewritten_load || op.kind == LoopOpKind::kReduction ||
+        !k.nodes[op.node].reduced_outer.empty()) {
+      continue;
+    }
+    key.clear();
+    key.add(op.kind).add(op.name).add(op.dtype.has_value());
+    if (op.dtype) key.add(*op.dtype);
+    key.add(op.to_float).add(op.value).add(op.buffer).add(op.constant);
+    for (uint32_t a : op.args) key.add(canonical[a]);
+    if (op.access) {
+      key.add_list(op.access->base);
+      for (const AccessVar& v : op.access->vars) {
+        key.add(v.role).add(v.index).add(v.dim).add(v.step);
+      }
+    }
+    for (const IndexTerm& t : op.terms)
+      key.add(t.role).add(t.index).add(t.coeff);
+    canonical[id] =
+        first.try_emplace(std::string(key.bytes()), id).first->second;
+  }
+  return canonical;
+}
+
+}  // namespace
+
 BlockEmitter::BlockEmitter(const LoopKernel& kernel, CoreBuilder* out,
                            uint64_t region, RegionAllocator& alloc)
-    : k_(kernel), out_(out), region_(region), alloc_(alloc) {}
+    : k_(kernel),
+      canonical_(share_equal_values(kernel)),
+      out_(out),
+      region_(region),
+      alloc_(alloc) {}
 
 void BlockEmitter::fail(const std::string& what) const {
   throw KernelBuildError(rt::str(k_.name, ": ", what));
@@ -124,22 +176,27 @@ void BlockEmitter::block(const Fixed& fixed, int64_t r0, int64_t R,
     if (reachable[op]) return;
     reachable[op] = true;
     for (uint32_t a : k_.ops[op].args) {
-      ++remaining[a];
-      mark(a);
+      ++remaining[canonical_[a]];
+      mark(canonical_[a]);
     }
   };
   for (const LoopStore& st : k_.stores) {
-    ++remaining[st.value];
-    mark(st.value);
+    ++remaining[canonical_[st.value]];
+    mark(canonical_[st.value]);
   }
   std::map<uint32_t, TileId> bound;  // op -> its tile
   std::map<TileId, int64_t> refs;    // tile -> live ops (and keeps) using it
+  remaining_ = &remaining;
+  bound_ = &bound;
+  refs_ = &refs;
   const auto release = [&](uint32_t op) {
+    op = canonical_[op];
     if (--remaining[op] != 0) return;
     auto it = bound.find(op);
     if (it != bound.end() && --refs[it->second] == 0) free_tile(it->second);
   };
   Eval ev = [&](uint32_t op) -> TileId {
+    op = canonical_[op];
     auto it = bound.find(op);
     if (it != bound.end()) return it->second;
     const TileId t = compute(op, ev, s);
@@ -168,6 +225,34 @@ void BlockEmitter::block(const Fixed& fixed, int64_t r0, int64_t R,
   for (const auto& [name, t] : kept_) free_tile(t);
 }
 
+// A rounding folds into the op that makes its value when that op is one
+// vector instruction whose fp32 result nothing else reads: the instruction
+// writes the rounded dtype itself (the same one rounding, one pass fewer).
+bool BlockEmitter::rounding_folds_into(uint32_t src) const {
+  const LoopOp& op = k_.ops[src];
+  if (remaining_ == nullptr || (*remaining_)[src] != 1 || bound_->count(src) ||
+      !k_.nodes[op.node].reduced_outer.empty()) {
+    return false;
+  }
+  if (op.kind == LoopOpKind::kBinary) {
+    return op.dtype == kF32;
+  }
+  if (op.kind != LoopOpKind::kUnary || op.name == "square") return false;
+  const auto vop = vec_op_from_name(op.name);
+  return vop && rt::vec_op_arity(*vop) == 1 && op.name != "logical_not";
+}
+
+std::optional<BlockEmitter::TileId> BlockEmitter::dying_tile(
+    uint32_t arg) const {
+  arg = canonical_[arg];
+  if (remaining_ == nullptr || (*remaining_)[arg] != 1) return std::nullopt;
+  const auto op = bound_->find(arg);
+  if (op == bound_->end() || !tiles_[op->second].alloc) return std::nullopt;
+  const auto ref = refs_->find(op->second);
+  if (ref == refs_->end() || ref->second != 1) return std::nullopt;
+  return op->second;
+}
+
 BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
                                            const Shape& s) {
   const LoopOp& op = k_.ops[id];
@@ -185,6 +270,11 @@ BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
     case LoopOpKind::kIndex:
       return index_tile(op, s);
     case LoopOpKind::kToDtype: {
+      if (op.dtype && !op.to_float && rt::is_floating(*op.dtype) &&
+          rounding_folds_into(canonical_[op.args[0]])) {
+        write_dtype_ = *op.dtype;
+        return ev(op.args[0]);
+      }
       const TileId src = ev(op.args[0]);
       if (op.to_float && rt::is_floating(tiles_[src].dtype)) {
         return src;  // tiles compute in fp32 already
@@ -208,7 +298,10 @@ BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
         vec(rt::VecOp::kMul, dst, {x, x}, rows_of(dst, s), cols_of(dst, s));
         return dst;
       }
-      return unary(op.name, ev(op.args[0]), s);
+      {
+        const TileId x = ev(op.args[0]);
+        return unary(op.name, x, s, dying_tile(op.args[0]));
+      }
     case LoopOpKind::kBinary:
       return binary(op, ev, s);
     case LoopOpKind::kSelect: {
@@ -298,10 +391,16 @@ BlockEmitter::TileId BlockEmitter::index_tile(const LoopOp& op,
 }
 
 BlockEmitter::TileId BlockEmitter::unary(const std::string& name, TileId x,
-                                         const Shape& s) {
+                                         const Shape& s,
+                                         std::optional<TileId> reuse) {
   const int64_t rows = rows_of(x, s), cols = cols_of(x, s);
-  const TileId dst = new_tile(name == "logical_not" ? rt::DType::kBool : kF32,
-                              tiles_[x].has_rows, tiles_[x].has_cols);
+  const rt::DType write =
+      std::exchange(write_dtype_, std::nullopt)
+          .value_or(name == "logical_not" ? rt::DType::kBool : kF32);
+  const TileId dst =
+      reuse && tiles_[*reuse].dtype == write
+          ? *reuse
+          : new_tile(write, tiles_[x].has_rows, tiles_[x].has_cols);
   using rt::VecOp;
   if (name == "exp2") {
     vec(VecOp::kMul, dst, {x}, rows, cols, std::log(2.0));
@@ -332,6 +431,8 @@ BlockEmitter::TileId BlockEmitter::binary(const LoopOp& op, const Eval& ev,
   if (!vop || rt::vec_op_arity(*vop) != 2) {
     fail(rt::str("op '", op.name, "' has no device lowering"));
   }
+  const rt::DType dst_dtype =
+      std::exchange(write_dtype_, std::nullopt).value_or(*op.dtype);
   uint32_t a = op.args[0], b = op.args[1];
   const auto is_constant = [&](uint32_t x) {
     return k_.ops[x].kind == LoopOpKind::kConstant;
@@ -350,9 +451,19 @@ BlockEmitter::TileId BlockEmitter::binary(const LoopOp& op, const Eval& ev,
     hr = hr || tiles_[t].has_rows;
     hc = hc || tiles_[t].has_cols;
   }
-  const TileId dst = new_tile(*op.dtype, hr, hc);
-  vec(*vop, dst, srcs, hr ? s.R : 1, hc ? s.K : 1, imm);
-  return dst;
+  // the result overwrites a source of its own shape and dtype that dies here
+  std::optional<TileId> dst;
+  for (uint32_t arg : {a, b}) {
+    if (is_constant(arg) || dst) continue;
+    const auto t = dying_tile(arg);
+    if (t && tiles_[*t].dtype == dst_dtype && tiles_[*t].has_rows == hr &&
+        tiles_[*t].has_cols == hc) {
+      dst = t;
+    }
+  }
+  if (!dst) dst = new_tile(dst_dtype, hr, hc);
+  vec(*vop, *dst, srcs, hr ? s.R : 1, hc ? s.K : 1, imm);
+  return *dst;
 }
 
 void BlockEmitter::store(const LoopStore& st, TileId value, const Shape& s) {

@@ -137,7 +137,8 @@ class BlockEmitter {
   TileId compute(uint32_t op, const Eval& ev, const Shape& s);
   TileId load_box(const LoopOp& op, const Shape& s);
   TileId index_tile(const LoopOp& op, const Shape& s);
-  TileId unary(const std::string& name, TileId x, const Shape& s);
+  TileId unary(const std::string& name, TileId x, const Shape& s,
+               std::optional<TileId> reuse = std::nullopt);
   TileId binary(const LoopOp& op, const Eval& ev, const Shape& s);
   TileId reduction(uint32_t op, const Eval& ev, const Shape& s);
   TileId reduction_multi(uint32_t op, const Shape& s);
@@ -146,6 +147,8 @@ class BlockEmitter {
   [[noreturn]] void fail(const std::string& what) const;
 
   const LoopKernel& k_;
+  // op -> the op whose tile it shares (ops computing the same value)
+  std::vector<uint32_t> canonical_;
   CoreBuilder* out_;
   uint64_t region_;
   RegionAllocator& alloc_;
@@ -154,6 +157,17 @@ class BlockEmitter {
   std::map<std::string, TileId> kept_;               // in-kernel buffers
   std::map<uint32_t, std::vector<TileId>> welford_;  // value op -> parts
   std::optional<RingSplit> ring_;
+  // the block's uses left per op and the ops' tiles (set by block())
+  const std::vector<int64_t>* remaining_ = nullptr;
+  const std::map<uint32_t, TileId>* bound_ = nullptr;
+  const std::map<TileId, int64_t>* refs_ = nullptr;
+  // the dtype the next single-instruction op writes its result in (a
+  // rounding it feeds alone, folded into it)
+  std::optional<rt::DType> write_dtype_;
+  bool rounding_folds_into(uint32_t src) const;
+  // The tile of op `arg` when the op being made is its last use and no
+  // other op shares the tile: the result may overwrite it.
+  std::optional<TileId> dying_tile(uint32_t arg) const;
 };
 
 const LoopBuffer* find_buffer(const LoopKernel& kernel, const std::string& name,

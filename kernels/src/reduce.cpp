@@ -1,10 +1,12 @@
 #include "spyre/kernels/reduce.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 
 #include "spyre/kernels/program_builder.h"
+#include "spyre/kernels/row_kernel.h"
 #include "spyre/runtime/error.h"
 
 namespace spyre::kernels {
@@ -176,9 +178,48 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
+namespace {
+
+// A floating reduction as the compiler describes it: the loop kernel's
+// reduction, a mean's division by the count (the compiler's form of `scale`
+// = 1 / n), one rounding into out's dtype.
+LoopKernel describe_float_reduce(const Matrix& in, const Matrix& out,
+                                 ReduceOp op, const ReduceOptions& o) {
+  static constexpr const char* kNames[] = {"sum", "max", "min", "prod"};
+  RowKernelWriter w(rt::str(reduce_op_name(op), "_along_sticks"), in);
+  w.rows_operand("input", in, false);
+  w.row_stats("output", out, true);
+  const uint32_t x = w.load("input");
+  uint32_t r = w.reduction(kNames[static_cast<int>(op)], x);
+  if (o.scale != 1) {
+    const double count = std::round(1 / o.scale);
+    r = std::abs(count * o.scale - 1) < 1e-12
+            ? w.binary("div", r, w.constant(count))
+            : w.binary("mul", r, w.constant(o.scale));
+  }
+  w.store("output", r);
+  return std::move(w).finish();
+}
+
+}  // namespace
+
 rt::Program build_reduce_along_sticks(const Matrix& in, const Matrix& out,
                                       ReduceOp op, const ReduceOptions& o) {
   check_dtypes(in, out, op);
+  // Floating values: the compiler's builder, so eager and compiled sums
+  // agree bit for bit. Integers (exact int64 accumulation), arg reductions
+  // (int64 indices), and rows too long for one block or laid out in ways
+  // the row writer does not map keep this builder (it tiles the columns):
+  // the loop kernel computes in fp32 and holds a whole row per block.
+  if (rt::is_floating(in.dtype) && rt::is_floating(out.dtype) &&
+      !is_arg_reduction(op)) {
+    try {
+      return build_loop_kernel(describe_float_reduce(in, out, op, o),
+                               {o.target})
+          .program;
+    } catch (const KernelBuildError&) {
+    }
+  }
   const Matrix s = in.strided_form();
   const uint64_t inner = s.row_dims.empty() ? 1 : s.row_dims.back().size;
   if (out.cols != inner || out.rows * out.cols != in.rows) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "spyre/kernels/program_builder.h"
+#include "spyre/kernels/row_kernel.h"
 #include "spyre/runtime/error.h"
 
 namespace spyre::kernels {
@@ -108,8 +109,9 @@ uint64_t softmax_stats_bytes(const Matrix& in, const SoftmaxOptions& o) {
   return stats_region_bytes(in, o.target.cores()) * o.target.cores();
 }
 
-rt::Program build_softmax(const Matrix& in, const Matrix& out,
-                          const SoftmaxOptions& o) {
+namespace {
+
+void check(const Matrix& in, const Matrix& out) {
   if (in.rows != out.rows || in.cols != out.cols) {
     throw KernelBuildError("softmax: input and output shapes differ");
   }
@@ -117,6 +119,44 @@ rt::Program build_softmax(const Matrix& in, const Matrix& out,
     throw KernelBuildError(
         "softmax needs a floating-point input and an output of the same dtype");
   }
+}
+
+}  // namespace
+
+LoopKernel describe_softmax(const Matrix& in, const Matrix& out, bool log) {
+  check(in, out);
+  RowKernelWriter w(log ? "log_softmax" : "softmax", in);
+  w.rows_operand("input", in, false);
+  w.rows_operand("output", out, true);
+  // the row max, the sum of exp(x - max), then exp(x - max) * (1 / sum) (as
+  // PyTorch's CPU kernel; the compiler rewrites the decomposition's division
+  // to that) or (x - max) - log(sum)
+  w.store("row_max", w.reduction("max", w.load("input")));
+  w.next_node();
+  // (each op named in its own statement: argument order is unspecified)
+  const auto shifted = [&] {
+    const uint32_t x = w.load("input");
+    return w.binary("sub", x, w.load("row_max"));
+  };
+  w.store("row_sum", w.reduction("sum", w.unary("exp", shifted())));
+  w.next_node();
+  const uint32_t x = shifted();
+  if (log) {
+    w.store("output", w.binary("sub", x, w.unary("log", w.load("row_sum"))));
+  } else {
+    const uint32_t e = w.unary("exp", x);
+    w.store("output", w.binary("mul", e, w.unary("recip", w.load("row_sum"))));
+  }
+  return std::move(w).finish();
+}
+
+rt::Program build_softmax(const Matrix& in, const Matrix& out,
+                          const SoftmaxOptions& o) {
+  if (o.schedule == SoftmaxSchedule::kStreamed) {
+    return build_loop_kernel(describe_softmax(in, out, o.log), {o.target})
+        .program;
+  }
+  check(in, out);
   const uint32_t budget = o.target.scratchpad_budget();
   ProgramBuilder builder(o.log ? "log_softmax" : "softmax", o.target.cores(),
                          budget);

@@ -82,3 +82,15 @@ def test_full_reduction_spreads_over_cores_and_combines_on_the_ring(op):
     (info,) = scheduling.compiled_kernels.values()
     assert info["cores"] == 32 and info["cross_core_reduction"]
     assert torch.spyre.last_launch_stats()["ring_bytes"] > 0
+
+
+@pytest.mark.parametrize("shape", [(100, 300), (4, 7, 90)])
+def test_pointwise_on_reduced_rows_fuses_into_the_reduction(shape):
+    # mean's division by the count, var's, F.normalize's clamp: pointwise
+    # nodes over a reduction's kept dims run on its reduced rows in one
+    # program
+    x = torch.randn(shape).half()
+    for fn in (lambda x: x.mean(-1), lambda x: x.var(-1),
+               lambda x: torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6),
+               lambda x: torch.nn.functional.normalize(x, dim=-1)):
+        compile_and_compare(fn, x, tol=REDUCTION_TOL, expect_kernels=1)

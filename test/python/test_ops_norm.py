@@ -75,3 +75,50 @@ def test_rms_norm(dtype):
     assert_matches(out, r_out, dtype, scale=4)
     assert_matches(rstd, r_rstd, dtype)
     no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", [(70, 4096), (2, 3, 3000)])
+def test_native_layer_norm_stats_of_wide_rows(dtype, shape):
+    # rows too wide for blocks of a stick of rows: the statistics are written
+    # one per stick and copied into their own layout
+    a = rand(shape, dtype)
+    got = torch.native_layer_norm(a.to("spyre"), shape[-1:], None, None, 1e-5)
+    want = torch.native_layer_norm(a.float(), shape[-1:], None, None, 1e-5)
+    for g, w, scale in zip(got, want, (4, 1, 4)):
+        assert g.shape == w.shape
+        assert_matches(g, w, dtype, scale=scale)
+    out, rstd = torch.ops.aten._fused_rms_norm(a.to("spyre"), shape[-1:], None, 1e-6)
+    r_out, r_rstd = torch.ops.aten._fused_rms_norm(a.float(), shape[-1:], None, 1e-6)
+    assert_matches(out, r_out, dtype, scale=4)
+    assert_matches(rstd, r_rstd, dtype)
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_norms_of_offset_views(dtype):
+    a, w, b = rand((9, 70), dtype), rand((70,), dtype), rand((70,), dtype)
+    x = offset_view(a)
+    assert_matches(F.layer_norm(x, [70], w.to("spyre"), b.to("spyre")),
+                   F.layer_norm(a.float(), [70], w.float(), b.float()), dtype, scale=4)
+    assert_matches(F.rms_norm(x, [70], w.to("spyre")),
+                   F.rms_norm(a.float(), [70], w.float()), dtype, scale=4)
+    out, mean, rstd = torch.native_layer_norm(x, [70], None, None, 1e-5)
+    want = torch.native_layer_norm(a.float(), [70], None, None, 1e-5)
+    for g, r in zip((out, mean, rstd), want):
+        assert_matches(g, r, dtype, scale=4)
+    no_fallbacks()
+
+
+def test_layer_norm_with_autograd_keeps_the_statistics():
+    # F.layer_norm under autograd goes through native_layer_norm (its saved
+    # mean/rstd feed the backward); without autograd one kernel writes none
+    a = rand((6, 50), torch.float32)
+    x = a.to("spyre").requires_grad_()
+    ln = torch.nn.LayerNorm(50).to("spyre")
+    ln(x).square().sum().backward()
+    xr = a.clone().requires_grad_()
+    lr = torch.nn.LayerNorm(50)
+    lr(xr).square().sum().backward()
+    assert_matches(x.grad, xr.grad, torch.float32, scale=4)
+    assert_matches(ln.weight.grad, lr.weight.grad, torch.float32, scale=4)

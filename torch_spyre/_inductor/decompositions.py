@@ -199,8 +199,35 @@ def _decompose(gm: torch.fx.GraphModule, node) -> bool:
     return True
 
 
-def apply_spyre_rewrites(gm: torch.fx.GraphModule) -> None:
+def _normalise_by_reciprocal(gm: torch.fx.GraphModule) -> bool:
+    """softmax's last step, e / e.sum(dim, keepdim=True) with e = exp(..),
+    as PyTorch's CPU softmax kernel computes it: e * (1 / sum). The same
+    values as the CPU's and as spyre's eager softmax (kernels/softmax.cpp
+    describes that graph), and one reciprocal per row instead of a division
+    per element."""
     changed = False
+    for node in list(gm.graph.nodes):
+        if node.target is not aten.div.Tensor or not _on_spyre(node):
+            continue
+        e, total = node.args
+        if not (isinstance(e, torch.fx.Node) and isinstance(total, torch.fx.Node)
+                and e.target is aten.exp.default
+                and total.target is aten.sum.dim_IntList and total.args[0] is e
+                and (len(total.args) > 2 and total.args[2] or total.kwargs.get("keepdim"))):
+            continue
+        with gm.graph.inserting_before(node):
+            inverse = gm.graph.call_function(aten.reciprocal.default, (total,))
+            inverse.meta["val"] = total.meta["val"]
+            product = gm.graph.call_function(aten.mul.Tensor, (e, inverse))
+            product.meta["val"] = node.meta["val"]
+        node.replace_all_uses_with(product)
+        gm.graph.erase_node(node)
+        changed = True
+    return changed
+
+
+def apply_spyre_rewrites(gm: torch.fx.GraphModule) -> None:
+    changed = _normalise_by_reciprocal(gm)
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not _on_spyre(node):
             continue

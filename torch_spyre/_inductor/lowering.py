@@ -195,12 +195,45 @@ def _split_reduced_cols(spaces, subs, chunk: int):
     return new_spaces, new_subs
 
 
+def _epilogue_space(node: CapturedNode, reduction: Space):
+    """A pointwise node over the kept dims of a reduction in its group (mean's
+    division by the count, a norm's rsqrt): its last dim as the row var, no
+    col var, so it runs on the reduced rows inside the reduction's kernel.
+    None when its dims are not the reduction's kept dims."""
+    if node.is_reduction or not node.sizes or reduction.row is None or \
+            [n for _, n in reduction.outer] + [reduction.rows] != list(node.sizes):
+        return None
+    subs = dict(zip(node.index_vars[:-1], [v for v, _ in reduction.outer]))
+    subs[node.index_vars[-1]] = reduction.row[0]
+    return Space(list(reduction.outer), reduction.row, None), subs
+
+
+def _with_epilogues(nodes, spaces, subs):
+    """Re-spaces pointwise nodes over a reduction's kept dims (see
+    _epilogue_space) when the group has one reduction space they differ
+    from; returns (spaces, subs, the group's space)."""
+    reductions = [s for n, s in zip(nodes, spaces) if n.is_reduction]
+    if not reductions or any(s.signature() != reductions[0].signature() for s in reductions) \
+            or reductions[0].cols > RED_SPLIT_THRESHOLD:
+        return spaces, subs, spaces[0]
+    space = reductions[0]
+    spaces, subs = list(spaces), list(subs)
+    for i, n in enumerate(nodes):
+        if spaces[i].signature() != space.signature():
+            epilogue = _epilogue_space(n, space)
+            if epilogue is not None:
+                spaces[i], subs[i] = epilogue
+    return spaces, subs, space
+
+
 def check_group(name: str, nodes: list[CapturedNode], removable: set) -> KernelPlan:
     """Checks that the nodes share one space; raises SpyreLoweringError
     otherwise (the scheduler then keeps them in separate kernels)."""
     spaces, subs = zip(*(node_space(n) for n in nodes))
-    space = spaces[0]
+    spaces, subs, space = _with_epilogues(nodes, spaces, subs)
     for n, s in zip(nodes, spaces):
+        if s.col is None and s.row == space.row and s.outer == space.outer:
+            continue  # an epilogue on the reduced rows
         if s.signature() != space.signature():
             raise SpyreLoweringError(
                 f"{name}: {n.name} iterates {s.signature()} but {nodes[0].name} "

@@ -79,6 +79,9 @@ struct LoopBuffer {
   // the last dim is unused)
   int64_t stick_stride_bytes = 0;
   std::vector<int64_t> dim_stride_bytes;
+  // the slot's byte offset of host coordinate 0 (a multiple of 128: an
+  // eager view that starts inside the storage)
+  uint64_t offset_bytes = 0;
 
   uint32_t rank() const { return static_cast<uint32_t>(host_sizes.size()); }
   uint32_t element_size() const { return rt::element_size(dtype); }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "spyre/kernels/loop_kernel.h"
 #include "spyre/kernels/matrix.h"
 #include "spyre/kernels/program_builder.h"
 #include "spyre/runtime/program.h"
@@ -29,8 +30,10 @@ struct NormShape {
   std::optional<Matrix> mean, rstd;
 };
 
+// The norm as a loop kernel (row_kernel.h): built by the compiler's builder.
 // Slots: 0 = in, 1 = out, then weight, bias, mean, rstd in that order, each
 // only when given.
+LoopKernel describe_norm(const NormShape& shape, const NormOptions& options);
 rt::Program build_norm(const NormShape& shape, const NormOptions& options);
 
 }  // namespace spyre::kernels

@@ -1,10 +1,13 @@
 // Softmax (and log-softmax) along the last dimension of a matrix, rows split
-// across cores. Computed as PyTorch's CPU kernel does for 16-bit inputs: in
-// fp32, with one rounding at the end.
+// across cores, in fp32 with one rounding at the end. The eager op's
+// schedule (kStreamed) is a loop kernel (row_kernel.h) of the graph the
+// compiler sees, so eager and compiled results agree bit for bit; the other
+// two schedules model published variants for the calibration benchmark.
 #pragma once
 
 #include <cstdint>
 
+#include "spyre/kernels/loop_kernel.h"
 #include "spyre/kernels/matrix.h"
 #include "spyre/kernels/program_builder.h"
 #include "spyre/runtime/program.h"
@@ -12,8 +15,8 @@
 namespace spyre::kernels {
 
 enum class SoftmaxSchedule : uint8_t {
-  // Row tiles stream through the scratchpad, double-buffered; row maxima
-  // and sums stay in the scratchpad.
+  // build_loop_kernel's plan: row blocks stream through the scratchpad,
+  // double-buffered; row maxima and sums stay in the scratchpad.
   kStreamed,
   // The naive lowering: each reduction result (row max, row sum) is written
   // to device memory and read back before the next step, as separate kernels
@@ -32,6 +35,9 @@ struct SoftmaxOptions {
 
 // Device bytes of the stats argument kStatsThroughDram needs.
 uint64_t softmax_stats_bytes(const Matrix& in, const SoftmaxOptions& options);
+
+// The kStreamed softmax as a loop kernel. Slots: 0 = input, 1 = output.
+LoopKernel describe_softmax(const Matrix& in, const Matrix& out, bool log);
 
 // Slots: 0 = input, 1 = output (same shape), 2 = stats (kStatsThroughDram).
 rt::Program build_softmax(const Matrix& in, const Matrix& out,

@@ -1,0 +1,99 @@
+"""Eager ops and their compiled form are built by the same kernel library
+(kernels/: build_loop_kernel); where the eager op describes its program as
+the compiler describes the op's graph, the two agree bit for bit. Aligned
+and ragged shapes, fp16/bf16/fp32."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ops_testing import FLOATS, rand
+
+SHAPES = [(256, 1024), (100, 300), (3, 7, 90)]
+
+
+def _compiled(fn, *args):
+    torch._dynamo.reset()
+    with torch.spyre.strict():
+        return torch.compile(fn, backend="spyre")(*args)
+
+
+def _eager(fn, *args):
+    with torch.spyre.strict():
+        return fn(*args)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_layer_norm_bit_for_bit(dtype, shape):
+    n = shape[-1]
+    x, w, b = (rand(s, dtype).to("spyre") for s in (shape, (n,), (n,)))
+    for fn, args in ((lambda x: F.layer_norm(x, (n,)), (x,)),
+                     (lambda x, w, b: F.layer_norm(x, (n,), w, b), (x, w, b))):
+        eager, compiled = _eager(fn, *args), _compiled(fn, *args)
+        assert torch.equal(eager.cpu(), compiled.cpu())
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rms_norm_without_weight_bit_for_bit(dtype, shape):
+    # (with a weight, PyTorch's decomposition the compiler sees rounds before
+    # the weight, where the CPU's and spyre's eager kernels round once)
+    n = shape[-1]
+    x = rand(shape, dtype).to("spyre")
+    fn = lambda x: F.rms_norm(x, (n,), eps=1e-6)  # noqa: E731
+    assert torch.equal(_eager(fn, x).cpu(), _compiled(fn, x).cpu())
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_bit_for_bit(dtype, shape, log):
+    x = (rand(shape, dtype) * 3).to("spyre")
+    fn = (lambda x: F.log_softmax(x, -1)) if log else (lambda x: F.softmax(x, -1))
+    assert torch.equal(_eager(fn, x).cpu(), _compiled(fn, x).cpu())
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_softmax_is_the_cpus(dtype):
+    # exp(x - max) * (1 / sum), as PyTorch's CPU kernel: fp32 results within
+    # a few ulps of the CPU's (whose vectorised exp is itself within an ulp),
+    # 16-bit results within one ulp of the CPU's fp32 math rounded
+    a = rand((33, 130), dtype) * 3
+    want = F.softmax(a.float(), -1).to(dtype)
+    for got in (_eager(lambda x: F.softmax(x, -1), a.to("spyre")),
+                _compiled(lambda x: F.softmax(x, -1), a.to("spyre"))):
+        torch.testing.assert_close(got.cpu(), want, rtol=4e-7 if dtype == torch.float32
+                                   else 0, atol=0 if dtype == torch.float32 else
+                                   torch.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_row_reductions_bit_for_bit(dtype, shape):
+    x = rand(shape, dtype).to("spyre")
+    for fn in (lambda x: x.sum(-1), lambda x: x.amax(-1), lambda x: x.amin(-1),
+               lambda x: x.mean(-1), lambda x: x.sum(-1, keepdim=True)):
+        assert torch.equal(_eager(fn, x).cpu(), _compiled(fn, x).cpu())
+
+
+POINTWISE = {
+    "exp": torch.exp, "sin": torch.sin, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+    "gelu": F.gelu, "silu": F.silu, "relu": F.relu, "abs": torch.abs, "neg": torch.neg,
+    "reciprocal": torch.reciprocal, "erf": torch.erf,
+    "clamp": lambda x: x.clamp(-0.5, 0.5), "sqrt": torch.sqrt,
+    "add": lambda x: x + 1.5, "mul": lambda x: x * 0.75,
+    "add_alpha": lambda x: torch.add(x, x, alpha=0.5), "maximum": lambda x: torch.maximum(x, x * 0.5),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("shape", [(37, 130), (256, 64)])
+def test_single_pointwise_ops_bit_for_bit(dtype, shape):
+    # one op computed in fp32 and rounded once on both paths (a chain of eager
+    # ops rounds after each op, as the CPU does; compiled chains round once)
+    x = (rand(shape, dtype) * 2).to("spyre")
+    positive = x.abs()
+    for name, fn in POINTWISE.items():
+        arg = positive if name in ("sqrt", "reciprocal") else x
+        assert torch.equal(_eager(fn, arg).cpu(), _compiled(fn, arg).cpu()), name
