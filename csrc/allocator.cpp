@@ -1,5 +1,6 @@
 #include "allocator.h"
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/util/Exception.h>
 
 #include <array>
@@ -169,7 +170,13 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
 
 void free_pinned(void* ptr) { PinnedHostMemory::get().free(ptr); }
 
-class PinnedHostAllocator final : public c10::Allocator {
+// Also PyTorch's host allocator of PrivateUse1 (at::getHostAllocator), so
+// torch.accelerator.empty_host_cache() and host_memory_stats() work with
+// spyre as the accelerator: without one registered they dereference a null
+// allocator (vLLM calls empty_host_cache() when it shuts down). Pinned blocks
+// are not cached (PinnedHostMemory frees them at once), so there is nothing
+// to empty and no event to record.
+class PinnedHostAllocator final : public at::HostAllocator {
  public:
   c10::DataPtr allocate(size_t bytes) override {
     void* ptr = nullptr;
@@ -186,12 +193,30 @@ class PinnedHostAllocator final : public c10::Allocator {
                  std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
+  bool record_event(void* /*ptr*/, void* /*ctx*/,
+                    c10::Stream /*stream*/) override {
+    return false;
+  }
+  void empty_cache() override {}
+  at::HostStats get_stats() override {
+    at::HostStats stats;
+    const auto bytes =
+        static_cast<int64_t>(PinnedHostMemory::get().bytes_in_use());
+    const auto blocks =
+        static_cast<int64_t>(PinnedHostMemory::get().block_count());
+    stats.active_bytes.current = stats.allocated_bytes.current = bytes;
+    stats.active_requests.current = stats.allocations.current = blocks;
+    return stats;
+  }
+  void reset_accumulated_stats() override {}
+  void reset_peak_stats() override {}
 };
 
 SpyreDeviceAllocator g_device_allocator;
 PinnedHostAllocator g_pinned_allocator;
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_device_allocator);
+REGISTER_HOST_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_pinned_allocator);
 
 }  // namespace
 

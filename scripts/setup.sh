@@ -50,4 +50,33 @@ if ((${#missing[@]})); then
   "$PYTHON" -m pip install -q -c "$constraints" "${missing[@]}"
   rm -f "$constraints"
 fi
+# vLLM 0.32.0, the last release that pins torch 2.13.0, for the spyre platform
+# plugin (torch_spyre/vllm/). Built from its source distribution with
+# VLLM_TARGET_DEVICE=empty: no compiled extension, no CUDA; spyre brings its
+# own worker, model runner and attention. Without build isolation (an isolated
+# build would fetch another torch for its build environment) and with the
+# installed torch pinned by the constraint. CARGO=false skips vLLM's optional
+# Rust frontend (it would fetch crates); TORCH_DEVICE_BACKEND_AUTOLOAD=0 keeps
+# `import torch` in the build from loading torch_spyre before it is built.
+VLLM_VERSION=0.32.0
+VLLM_SDIST="https://files.pythonhosted.org/packages/d5/df/5471312c76e335eaa2b8333e87ea39f0d37bfe24f10a582620e34ff12e33/vllm-0.32.0.tar.gz#sha256=d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"
+have=$("$PYTHON" -c "import importlib.metadata as m; print(m.version('vllm'))" 2>/dev/null || true)
+if [ "${have%%+*}" != "$VLLM_VERSION" ]; then
+  echo "setup: installing vllm==$VLLM_VERSION (source, VLLM_TARGET_DEVICE=empty)"
+  constraints=$(mktemp)
+  printf 'torch==2.13.0\ntransformers==5.19.0\n' > "$constraints"
+  build_tools=()
+  for tool in setuptools-scm setuptools-rust wheel; do
+    "$PYTHON" -c "import importlib.metadata as m; m.version('$tool')" 2>/dev/null ||
+      build_tools+=("$tool")
+  done
+  if ((${#build_tools[@]})); then
+    "$PYTHON" -m pip install -q -c "$constraints" "${build_tools[@]}"
+  fi
+  # The sdist by its PyPI address and hash: built with the empty target it
+  # calls itself 0.32.0+empty, which pip would refuse for "vllm==0.32.0".
+  TORCH_DEVICE_BACKEND_AUTOLOAD=0 VLLM_TARGET_DEVICE=empty CARGO=false \
+    "$PYTHON" -m pip install -q -c "$constraints" --no-build-isolation "vllm @ $VLLM_SDIST"
+  rm -f "$constraints"
+fi
 echo "setup: ok"

@@ -36,3 +36,13 @@ def test_pinned_block_released_with_tensor():
     assert torch_spyre._C.is_pinned_ptr(x.data_ptr() + 12345)
     del x
     assert torch_spyre._C.pinned_bytes_in_use() == before
+
+
+def test_the_host_allocator_of_the_accelerator():
+    # PyTorch's host allocator of spyre is the pinned allocator: emptying
+    # the accelerator's host cache works (it dereferenced a null allocator and
+    # crashed the process before; vLLM calls it when it shuts down).
+    x = torch.randn(100).pin_memory()
+    torch.accelerator.empty_host_cache()
+    assert x.is_pinned()
+    assert x.to("spyre").cpu().equal(x)

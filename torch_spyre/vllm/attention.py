@@ -1,0 +1,283 @@
+"""Paged attention on spyre over KV cache blocks in device memory.
+
+The KV cache of each attention layer is a pair of device tensors ``(keys,
+values)`` of shape ``[num_blocks * block_size, num_kv_heads, head_size]``: row
+``block * block_size + offset`` holds one token's keys (values) for all KV
+heads. vLLM's scheduler owns the blocks; a request's block table (its block
+ids, in token order) says where its tokens live.
+
+Per forward pass the model runner describes the step in a ``StepBatch`` (the
+new tokens packed as one sequence, their slots, each request's block table on
+the device) and runs the Hugging Face model with ``attn_implementation =
+"spyre_paged"``. Transformers then calls ``paged_attention`` per layer with
+the queries, keys and values of the new tokens (rotary embedding applied),
+which
+
+1. writes the new keys and values into their slots on the device, one
+   ``copy_`` into a view of the cache per run of consecutive slots (a run
+   ends at a block boundary; a decode step is one run per request). Not
+   ``index_copy_`` with the slot mapping: the device's index_copy_ kernel
+   rewrites the whole destination, O(cache size) per call;
+2. reads the requests' own blocks (``index_select`` of block tables, device
+   tensors, over the cache viewed as blocks: the step's requests' blocks
+   only, never the whole cache) and attends with
+   ``scaled_dot_product_attention``. The decode requests at the head of the
+   step (one new token each) attend together: their block tables padded to
+   the longest, one gather and one batched attention per layer under a
+   length mask. Every other request (a prompt or a chunk of one) attends on
+   its own: causal within its new tokens, everything before them visible
+   (prefix-cached blocks or earlier chunks).
+
+No attention mask is built by transformers for this implementation (it is
+not in transformers' mask registry); causality comes from the step's own
+description. This module needs no vLLM (``backend.py`` is what vLLM's
+attention selector gets).
+"""
+
+import contextlib
+import threading
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+NAME = "spyre_paged"
+
+_state = threading.local()
+
+
+@dataclass
+class RequestSlice:
+    """One request of a step: its new tokens are ``query_start : query_start +
+    query_len`` of the packed sequence; with them it has ``context_len`` tokens
+    in the cache (positions ``0 .. context_len - 1``), in the blocks of
+    ``block_table`` (a device tensor, enough blocks for ``context_len``)."""
+
+    query_start: int
+    query_len: int
+    context_len: int
+    block_table: torch.Tensor
+    # [query_len, context_len] bool on the device when some context precedes
+    # the new tokens and there are several of them; None otherwise.
+    mask: torch.Tensor | None = None
+
+
+@dataclass
+class DecodeGroup:
+    """The step's decode requests (one new token each, some context before
+    it) that come first in the packed sequence: tokens ``0 .. size - 1``,
+    attended together in one batched program per layer."""
+
+    size: int
+    # [size * max_blocks] block ids on the device: each request's block table
+    # padded to the longest with block 0 (its rows masked out).
+    block_tables: torch.Tensor
+    max_blocks: int
+    # [size, 1, 1, max_blocks * block_size] bool on the device: True up to
+    # each request's context length.
+    mask: torch.Tensor
+
+
+@dataclass
+class StepBatch:
+    # (first slot, first token, length): the step's slot mapping (the slot of
+    # each new token) as runs of consecutive slots, the writes of the step.
+    write_runs: list[tuple[int, int, int]]
+    requests: list[RequestSlice]  # the requests after the decode group
+    kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer
+    block_size: int
+    decode: DecodeGroup | None = None
+    max_context_len: int = 0
+
+
+@contextlib.contextmanager
+def step(batch: StepBatch):
+    """Makes ``batch`` the step ``paged_attention`` serves in this thread."""
+    previous = getattr(_state, "batch", None)
+    _state.batch = batch
+    try:
+        yield batch
+    finally:
+        _state.batch = previous
+
+
+def make_step(requests, block_size, kv_caches, device, host_ints=()):
+    """The ``StepBatch`` of ``requests``, each ``(query_len, context_len,
+    block_ids)`` in packed order (its new tokens are the last ``query_len`` of
+    its ``context_len``; ``block_ids`` cover the context). ``host_ints`` (more
+    int64 values the caller needs on the device) travel in the same
+    host-to-device copy as the block tables; returns ``(batch, their device
+    tensor)``."""
+    slots, spans, query_start = [], [], 0
+    for query_len, context_len, block_ids in requests:
+        for pos in range(context_len - query_len, context_len):
+            slots.append(block_ids[pos // block_size] * block_size + pos % block_size)
+        spans.append((query_start, query_len, context_len))
+        query_start += query_len
+    tables = [list(block_ids[:-(-context_len // block_size)])
+              for _, context_len, block_ids in requests]
+    # The decode group: the leading requests with one new token each.
+    group = 0
+    while group < len(spans) and spans[group][1] == 1:
+        group += 1
+    max_blocks = max((len(t) for t in tables[:group]), default=0)
+    padded = [b for t in tables[:group] for b in t + [0] * (max_blocks - len(t))]
+    host_ints = list(host_ints)
+    flat = torch.tensor(host_ints + padded + [b for t in tables[group:] for b in t],
+                        dtype=torch.long).to(device)
+    at = len(host_ints)
+    decode = None
+    if group:
+        lengths = torch.tensor([span[2] for span in spans[:group]])
+        mask = torch.arange(max_blocks * block_size).unsqueeze(0) < lengths.unsqueeze(1)
+        decode = DecodeGroup(size=group, block_tables=flat[at:at + len(padded)],
+                             max_blocks=max_blocks, mask=mask.view(group, 1, 1, -1).to(device))
+        at += len(padded)
+    slices = []
+    for (query_start, query_len, context_len), table in zip(spans[group:], tables[group:]):
+        mask = causal_mask(query_len, context_len, device) if context_len > query_len else None
+        slices.append(RequestSlice(query_start, query_len, context_len,
+                                   flat[at:at + len(table)], mask))
+        at += len(table)
+    batch = StepBatch(write_runs=slot_runs(slots), requests=slices, kv_caches=kv_caches,
+                      block_size=block_size, decode=decode,
+                      max_context_len=max(span[2] for span in spans))
+    return batch, flat[:len(host_ints)]
+
+
+def causal_mask(query_len: int, context_len: int, device) -> torch.Tensor | None:
+    """The bool mask of ``query_len`` new tokens at the end of ``context_len``
+    tokens (True: may attend): None when no mask is needed."""
+    if query_len == 1:
+        return None
+    start = context_len - query_len
+    rows = torch.arange(query_len).unsqueeze(1) + start
+    cols = torch.arange(context_len).unsqueeze(0)
+    return (cols <= rows).to(device)
+
+
+def slot_runs(slots):
+    """``(first slot, first token, length)`` of each run of consecutive slots."""
+    runs = []
+    for token, slot in enumerate(slots):
+        if runs and runs[-1][0] + runs[-1][2] == slot:
+            first, start, length = runs[-1]
+            runs[-1] = (first, start, length + 1)
+        else:
+            runs.append((slot, token, 1))
+    return runs
+
+
+def write_kv(key_cache, value_cache, runs, key, value):
+    """Writes new tokens' keys and values ``[num_tokens, kv_heads, head]`` into
+    their slots of the cache, on the device: one copy per run of slots."""
+    for first, start, length in runs:
+        key_cache[first:first + length].copy_(key[start:start + length])
+        value_cache[first:first + length].copy_(value[start:start + length])
+
+
+def read_blocks(cache, block_table, block_size, context_len):
+    """The first ``context_len`` tokens of one request from its blocks:
+    ``[context_len, kv_heads, head]``, an index_select of the request's blocks
+    only."""
+    rows, heads, dim = cache.shape
+    blocks = cache.view(rows // block_size, block_size, heads, dim)
+    picked = blocks.index_select(0, block_table)
+    return picked.reshape(-1, heads, dim)[:context_len]
+
+
+def attend(query, keys, values, mask, scaling, causal):
+    """``query [1, q_heads, q_len, head]`` against ``keys/values [ctx, kv_heads,
+    head]``: ``[1, q_heads, q_len, head]``."""
+    q_heads, kv_heads = query.shape[1], keys.shape[1]
+    keys = keys.transpose(0, 1).unsqueeze(0)
+    values = values.transpose(0, 1).unsqueeze(0)
+    if q_heads != kv_heads:
+        keys = keys.repeat_interleave(q_heads // kv_heads, dim=1)
+        values = values.repeat_interleave(q_heads // kv_heads, dim=1)
+    if keys.shape[2] == 1:
+        # One token of context (a one-token prompt): the softmax over one key
+        # is 1, the output is its value. (The device's matmul cannot yet take
+        # the [..., 1, 1] probabilities times [..., 1, head] values that
+        # scaled_dot_product_attention makes of it: csrc/ops/matmul.cpp.)
+        return values.expand(query.shape[0], q_heads, query.shape[2], values.shape[-1])
+    return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask,
+                                          is_causal=causal, scale=scaling)
+
+
+def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                    sliding_window=None, softcap=None, **kwargs):
+    """The transformers attention function ``spyre_paged`` (see the module's
+    docstring). ``query [1, q_heads, tokens, head]``, ``key/value [1, kv_heads,
+    tokens, head]``; returns ``([1, tokens, q_heads, head], None)``."""
+    batch = getattr(_state, "batch", None)
+    if batch is None:
+        raise RuntimeError("spyre_paged attention runs inside the vLLM spyre model runner "
+                           "only (no step is set); load the model with another "
+                           "attn_implementation to run it outside vLLM")
+    if softcap is not None:
+        raise NotImplementedError("spyre_paged attention: logit soft-capping is not supported "
+                                  "yet")
+    if query.shape[0] != 1:
+        raise ValueError("spyre_paged attention expects the step's tokens packed in one "
+                         f"sequence (batch 1), got batch {query.shape[0]}")
+    layer = module.layer_idx
+    key_cache, value_cache = batch.kv_caches[layer]
+    new_keys = key[0].transpose(0, 1)
+    new_values = value[0].transpose(0, 1)
+    write_kv(key_cache, value_cache, batch.write_runs, new_keys, new_values)
+
+    if sliding_window is not None and batch.max_context_len > sliding_window:
+        raise NotImplementedError(
+            f"spyre_paged attention: sliding-window attention (window {sliding_window}) "
+            f"is not supported yet; this step has a context of {batch.max_context_len} tokens")
+
+    # Pieces of the output [1, tokens, q_heads, head], in token order.
+    outputs = []
+    if batch.decode is not None:
+        outputs.append(attend_decode(query, key_cache, value_cache, batch.decode,
+                                     batch.block_size, scaling))
+    for req in batch.requests:
+        q = query[:, :, req.query_start:req.query_start + req.query_len]
+        if req.context_len == req.query_len:
+            # Only new tokens: they are their own context.
+            keys = new_keys[req.query_start:req.query_start + req.query_len]
+            values = new_values[req.query_start:req.query_start + req.query_len]
+        else:
+            keys = read_blocks(key_cache, req.block_table, batch.block_size, req.context_len)
+            values = read_blocks(value_cache, req.block_table, batch.block_size,
+                                 req.context_len)
+        causal = req.context_len == req.query_len and req.query_len > 1
+        outputs.append(attend(q, keys, values, req.mask, scaling, causal).transpose(1, 2))
+    out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
+    return out.contiguous(), None
+
+
+def attend_decode(query, key_cache, value_cache, group, block_size, scaling):
+    """The decode group's attention in one batched program: each request's
+    blocks (padded to the longest table) read with one index_select, its one
+    query against them under the group's length mask. ``[1, size, q_heads,
+    head]``."""
+    rows, kv_heads, dim = key_cache.shape
+    q_heads = query.shape[1]
+    length = group.max_blocks * block_size
+
+    def gather(cache):
+        blocks = cache.view(rows // block_size, block_size, kv_heads, dim)
+        picked = blocks.index_select(0, group.block_tables)
+        picked = picked.view(group.size, length, kv_heads, dim).transpose(1, 2)
+        if q_heads != kv_heads:
+            picked = picked.repeat_interleave(q_heads // kv_heads, dim=1)
+        return picked
+
+    q = query[0, :, :group.size].transpose(0, 1).unsqueeze(2)  # [size, q_heads, 1, head]
+    out = F.scaled_dot_product_attention(q, gather(key_cache), gather(value_cache),
+                                         attn_mask=group.mask, scale=scaling)
+    return out.transpose(1, 2).reshape(1, group.size, q_heads, dim)
+
+
+def register():
+    """Registers ``spyre_paged`` with transformers' attention functions."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, paged_attention)

@@ -1,0 +1,226 @@
+"""The spyre model runner: request state, the KV cache in device memory and
+one forward pass per scheduler step.
+
+The model is the Hugging Face (transformers) model of the checkpoint,
+loaded on the host and moved to the spyre device, run eagerly with the
+``spyre_paged`` attention (``attention.py``). Each step packs the scheduled
+tokens of all requests into one sequence (``input_ids``/``position_ids``
+``[1, tokens]``), writes their keys and values into their slots and attends
+over each request's blocks; the logits of the requests whose known tokens
+are all computed (a finished prompt or a decode step) are taken to the host
+and sampled there (``sampler.py``). What vLLM's scheduler decides (which
+requests, how many tokens each: whole prompts, chunks of prompts, decode
+steps; which blocks, shared prefix blocks included) is followed as given,
+so chunked prefill and prefix caching work as the scheduler plans them.
+"""
+
+import time
+from dataclasses import dataclass
+
+import torch
+from vllm.logger import init_logger
+
+from . import attention, sampler
+
+# Under "vllm", where vLLM configures its log output.
+logger = init_logger("vllm.spyre." + __name__.rsplit(".", 1)[-1])
+
+
+@dataclass
+class RequestState:
+    req_id: str
+    token_ids: list[int]  # prompt, then the tokens sampled so far
+    num_prompt_tokens: int
+    block_ids: list[int]
+    num_computed_tokens: int
+    sampling_params: object
+    generator: torch.Generator | None
+
+
+class SpyreModelRunner:
+
+    def __init__(self, vllm_config, device: torch.device):
+        self.vllm_config = vllm_config
+        self.model_config = vllm_config.model_config
+        self.cache_config = vllm_config.cache_config
+        self.parallel_config = vllm_config.parallel_config
+        self.device = device
+        self.dtype = self.model_config.dtype
+        self.block_size = self.cache_config.block_size
+        self.num_layers = self.model_config.get_num_layers(self.parallel_config)
+        self.num_kv_heads = self.model_config.get_num_kv_heads(self.parallel_config)
+        self.head_size = self.model_config.get_head_size()
+        self.layer_names = [f"model.layers.{i}.self_attn" for i in range(self.num_layers)]
+        self.model = None
+        self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.num_blocks = 0
+        self.requests: dict[str, RequestState] = {}
+        # steps run, tokens computed, host seconds in the model, prompt chunks
+        # that left the prompt unfinished (chunked prefill), prompt tokens found
+        # in the prefix cache (not computed).
+        self.stats = {"steps": 0, "tokens": 0, "model_seconds": 0.0, "prefill_chunks": 0,
+                      "prefix_cached_tokens": 0}
+
+    # --- the model ------------------------------------------------------------
+
+    def load_model(self):
+        from transformers import AutoModelForCausalLM
+
+        attention.register()
+        cfg = self.model_config
+        model = AutoModelForCausalLM.from_pretrained(
+            cfg.model, revision=cfg.revision, dtype=self.dtype,
+            trust_remote_code=cfg.trust_remote_code, attn_implementation=attention.NAME)
+        self._check_supported(model.config)
+        tp = self.parallel_config.tensor_parallel_size
+        if tp > 1:
+            from vllm.distributed import get_tensor_model_parallel_rank, get_tp_group
+
+            from .tensor_parallel import shard
+
+            shard(model, get_tensor_model_parallel_rank(), tp, get_tp_group().device_group)
+        self.model = model.to(self.device).eval()
+        logger.info("spyre: loaded %s (%s) on %s in %s, %.1f MiB of device memory",
+                    cfg.model, type(model).__name__, self.device, self.dtype,
+                    torch.spyre.memory_allocated(self.device) / 2**20)
+
+    def _check_supported(self, config):
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        softcap = getattr(text, "attn_logit_softcapping", None)
+        if softcap:
+            raise NotImplementedError(
+                f"spyre: {text.model_type} uses attention logit soft-capping, not supported "
+                "yet by the vLLM spyre platform")
+        layers = self.model_config.get_num_layers(self.parallel_config)
+        if getattr(text, "num_hidden_layers", layers) != layers:
+            raise NotImplementedError("spyre: the model's layer count disagrees with vLLM's")
+
+    def get_kv_cache_spec(self):
+        from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+        spec = FullAttentionSpec(block_size=self.block_size, num_kv_heads=self.num_kv_heads,
+                                 head_size=self.head_size, dtype=self.dtype)
+        return {name: spec for name in self.layer_names}
+
+    def kv_bytes_per_block(self) -> int:
+        """Device bytes of one block of all layers' keys and values, as the
+        device stores them: each token's rows padded to whole 128-byte sticks."""
+        stick = torch.spyre.get_device_properties(self.device).stick_bytes
+        row = self.head_size * self.dtype.itemsize
+        row = -(-row // stick) * stick
+        return 2 * self.num_layers * self.block_size * self.num_kv_heads * row
+
+    def initialize_kv_cache(self, kv_cache_config):
+        groups = kv_cache_config.kv_cache_groups
+        if len(groups) != 1 or sorted(groups[0].layer_names) != sorted(self.layer_names):
+            raise NotImplementedError("spyre: one KV cache group of full attention layers is "
+                                      f"supported, got {[g.layer_names for g in groups]}")
+        self.num_blocks = kv_cache_config.num_blocks
+        rows = self.num_blocks * self.block_size
+        shape = (rows, self.num_kv_heads, self.head_size)
+        # Zeros: a batched decode reads whole padded blocks (masked out) and
+        # must not meet NaNs of uninitialized memory.
+        self.kv_caches = [
+            (torch.zeros(shape, dtype=self.dtype, device=self.device),
+             torch.zeros(shape, dtype=self.dtype, device=self.device))
+            for _ in range(self.num_layers)
+        ]
+        logger.info("spyre: KV cache of %d blocks of %d tokens, %d layers, on %s",
+                    self.num_blocks, self.block_size, self.num_layers, self.device)
+
+    # --- the requests -----------------------------------------------------------
+
+    def _update_requests(self, out):
+        for req_id in out.finished_req_ids:
+            self.requests.pop(req_id, None)
+        for new in out.scheduled_new_reqs:
+            if new.prompt_token_ids is None:
+                raise NotImplementedError("spyre: prompts as embeddings are not supported")
+            if len(new.block_ids) != 1:
+                raise NotImplementedError("spyre: one KV cache group is supported")
+            self.requests[new.req_id] = RequestState(
+                req_id=new.req_id, token_ids=list(new.prompt_token_ids),
+                num_prompt_tokens=len(new.prompt_token_ids), block_ids=list(new.block_ids[0]),
+                num_computed_tokens=new.num_computed_tokens,
+                sampling_params=new.sampling_params,
+                generator=sampler.make_generator(new.sampling_params))
+            self.stats["prefix_cached_tokens"] += new.num_computed_tokens
+        cached = out.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            state = self.requests[req_id]
+            state.num_computed_tokens = cached.num_computed_tokens[i]
+            # Tokens the scheduler dropped (e.g. a failed KV load) are dropped here too.
+            keep = state.num_prompt_tokens + cached.num_output_tokens[i]
+            del state.token_ids[keep:]
+            new_blocks = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids:
+                state.block_ids = list(new_blocks[0])
+            elif new_blocks is not None:
+                state.block_ids.extend(new_blocks[0])
+        for copy in out.kv_cache_block_copies or ():
+            self._copy_block(copy.src_block_id, copy.dst_block_id)
+
+    def _copy_block(self, src: int, dst: int):
+        bs = self.block_size
+        for caches in self.kv_caches:
+            for cache in caches:
+                cache[dst * bs:(dst + 1) * bs].copy_(cache[src * bs:(src + 1) * bs])
+
+    # --- one step ---------------------------------------------------------------
+
+    def _prepare(self, out):
+        """The step's packed inputs on the device and which requests sample."""
+        ids, positions, steps, sample_rows, sampled_reqs = [], [], [], [], []
+        for req_id, n in out.num_scheduled_tokens.items():
+            if out.scheduled_spec_decode_tokens.get(req_id):
+                raise NotImplementedError("spyre: speculative decoding is not supported")
+            state = self.requests[req_id]
+            start = state.num_computed_tokens
+            end = start + n
+            if end > len(state.token_ids):
+                raise RuntimeError(f"spyre: request {req_id} scheduled up to token {end} but "
+                                   f"only {len(state.token_ids)} are known")
+            ids.extend(state.token_ids[start:end])
+            positions.extend(range(start, end))
+            steps.append((n, end, state.block_ids))
+            if end == len(state.token_ids):
+                sample_rows.append(len(ids) - 1)
+                sampled_reqs.append(req_id)
+            elif end < state.num_prompt_tokens:
+                self.stats["prefill_chunks"] += 1
+        n = len(ids)
+        batch, host = attention.make_step(steps, self.block_size, self.kv_caches, self.device,
+                                          host_ints=ids + positions + sample_rows)
+        input_ids = host[:n].view(1, n)
+        position_ids = host[n:2 * n].view(1, n)
+        logit_rows = host[2 * n:]
+        return input_ids, position_ids, logit_rows, batch, sampled_reqs
+
+    @torch.no_grad()
+    def execute_model(self, out):
+        from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
+
+        self._update_requests(out)
+        if out.total_num_scheduled_tokens == 0:
+            return EMPTY_MODEL_RUNNER_OUTPUT
+        started = time.perf_counter()
+        input_ids, position_ids, logit_rows, batch, sampled_reqs = self._prepare(out)
+        with attention.step(batch):
+            logits_to_keep = logit_rows if sampled_reqs else 1
+            result = self.model(input_ids=input_ids, position_ids=position_ids,
+                                logits_to_keep=logits_to_keep, use_cache=False)
+        sampled: dict[str, list[int]] = {}
+        if sampled_reqs:
+            logits = result.logits[0].to("cpu", torch.float32)
+            for row, req_id in enumerate(sampled_reqs):
+                state = self.requests[req_id]
+                token = sampler.sample(logits[row], state.sampling_params, state.generator)
+                state.token_ids.append(token)
+                sampled[req_id] = [token]
+        self.stats["steps"] += 1
+        self.stats["tokens"] += out.total_num_scheduled_tokens
+        self.stats["model_seconds"] += time.perf_counter() - started
+        req_ids = list(out.num_scheduled_tokens)
+        return ModelRunnerOutput(req_ids=req_ids,
+                                 req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                 sampled_token_ids=[sampled.get(r, []) for r in req_ids])
