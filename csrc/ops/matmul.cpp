@@ -72,17 +72,34 @@ Operand operand(const at::Tensor& t, int64_t batch) {
   return *o;
 }
 
+// alpha * r + beta * bias in fp32, rounded once into out.
+void finish_in_fp32(at::Tensor r, const std::optional<at::Tensor>& bias,
+                    double alpha, double beta, const at::Tensor& out) {
+  if (alpha != 1) r = r.mul(alpha);
+  if (bias && beta != 0) r = r.add(bias->to(at::kFloat), beta);
+  out.copy_(r.expand(out.sizes()));
+}
+
 // Products whose every result is [1, 1] (dot products) have no stick to
 // write along, either way round: a device multiply and a reduction in fp32.
 void run_dots(const at::Tensor& a, const at::Tensor& b,
               const std::optional<at::Tensor>& bias, double alpha, double beta,
               const at::Tensor& out) {
-  at::Tensor dot = a.to(at::kFloat)
-                       .mul(b.transpose(-1, -2).to(at::kFloat))
-                       .sum(-1, /*keepdim=*/true);
-  if (alpha != 1) dot = dot.mul(alpha);
-  if (bias && beta != 0) dot = dot.add(bias->to(at::kFloat), beta);
-  out.copy_(dot.expand(out.sizes()));
+  finish_in_fp32(a.to(at::kFloat)
+                     .mul(b.transpose(-1, -2).to(at::kFloat))
+                     .sum(-1, /*keepdim=*/true),
+                 bias, alpha, beta, out);
+}
+
+// K == 1: each result is one product a[m] * b[n], the broadcast product of
+// a [..., M, 1] and b [..., 1, N] (either may be a [.., 1, 1] no matrix
+// view addresses: attention over a single key); fp32, rounded once as the
+// matrix unit would.
+void run_outer(const at::Tensor& a, const at::Tensor& b,
+               const std::optional<at::Tensor>& bias, double alpha, double beta,
+               const at::Tensor& out) {
+  finish_in_fp32(a.to(at::kFloat).mul(b.to(at::kFloat)), bias, alpha, beta,
+                 out);
 }
 
 // out = alpha * a @ b + beta * bias. a [..., M, K], b [..., K, N] and out
@@ -98,6 +115,10 @@ void run_matmul(const at::Tensor& a, const at::Tensor& b,
   if (k == 0) {
     out.zero_();
     if (bias && beta != 0) out.add_(*bias, beta);
+    return;
+  }
+  if (k == 1) {
+    run_outer(a, b, bias, alpha, beta, out);
     return;
   }
   if (out.size(-1) == 1 && out.size(-2) == 1) {

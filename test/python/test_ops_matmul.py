@@ -140,3 +140,23 @@ def test_linear_keeps_autograd_when_grad_is_needed():
     w = torch.randn(6, 5).to("spyre").requires_grad_()
     y = F.linear(torch.randn(3, 5).to("spyre"), w)
     assert y.grad_fn is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shapes", [((2, 3, 1, 1), (2, 3, 1, 16)), ((2, 3, 5, 1), (2, 3, 1, 1)),
+                                    ((4, 1), (1, 7)), ((2, 5, 1), (1, 6))])
+def test_products_over_one_k_are_outer_products(dtype, shapes):
+    # K == 1 with a [.., 1, 1] operand (attention over a single key) asserted
+    # in the operand analysis; each result is one product, rounded once
+    sa, sb = shapes
+    a, b = torch.randn(sa).to(dtype), torch.randn(sb).to(dtype)
+    with torch.spyre.strict():
+        got = a.to("spyre") @ b.to("spyre")
+        view = a.to("spyre").transpose(-1, -2).transpose(-1, -2) @ b.to("spyre")
+    want = (a.float() @ b.float()).to(dtype)
+    assert torch.equal(got.cpu(), want) and torch.equal(view.cpu(), want)
+    bias = torch.randn(sb[-1]).to(dtype)
+    if len(sa) == 2:
+        got = torch.addmm(bias.to("spyre"), a.to("spyre"), b.to("spyre"), beta=0.5, alpha=2.0)
+        want = torch.addmm(bias.float(), a.float(), b.float(), beta=0.5, alpha=2.0).to(dtype)
+        torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
