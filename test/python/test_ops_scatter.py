@@ -81,8 +81,12 @@ def test_scatter_errors_as_on_the_cpu():
     src = torch.randn(4, 6).to("spyre")
     with pytest.raises(RuntimeError, match="unsupported operation"):
         torch.scatter(z, 1, torch.tensor([[0]]).to("spyre"), src, out=src)
-    with pytest.raises(RuntimeError, match="int64"):
-        z.scatter(1, torch.tensor([[0]], dtype=torch.int32).to("spyre"), 1.0)
+    with pytest.raises(RuntimeError, match="int32/int64"):
+        z.scatter(1, torch.tensor([[0.0]]).to("spyre"), 1.0)
+    # int32 indices work, as on the CPU
+    assert torch.equal(
+        z.scatter(1, torch.tensor([[2]], dtype=torch.int32).to("spyre"), 1.0).cpu(),
+        torch.zeros(4, 6).scatter(1, torch.tensor([[2]], dtype=torch.int32), 1.0))
     with pytest.raises(RuntimeError, match="dtype"):
         z.scatter(1, torch.tensor([[0]]).to("spyre"), src.half())
 
