@@ -3,6 +3,7 @@
 // stores need them, each tile freed after its last use.
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <stdexcept>
 #include <utility>
 
@@ -390,6 +391,43 @@ BlockEmitter::TileId BlockEmitter::index_tile(const LoopOp& op,
   return dst;
 }
 
+// exp(x) - 1 and log(1 + x) accurate near 0 (Goldberg's rewrites), the
+// formulas of the eager kernels (csrc/ops/math_steps.cpp), so both paths give
+// the same bits: expm1 = (u - 1) * (x / log(u)) with u = exp(x) (u infinite:
+// u; u - 1 == -1: -1; u - 1 == 0: x); log1p = log(u) * (x / (u - 1)) with
+// u = 1 + x (u - 1 == 0: x; x infinite: x).
+void BlockEmitter::accurate_near_zero(bool expm1, TileId x, TileId dst,
+                                      int64_t rows, int64_t cols) {
+  using rt::VecOp;
+  const auto temp = [&](rt::DType dtype) {
+    return new_tile(dtype, tiles_[x].has_rows, tiles_[x].has_cols);
+  };
+  const TileId u = temp(kF32), d = temp(kF32), log_u = temp(kF32);
+  const TileId ratio = temp(kF32), test = temp(rt::DType::kBool);
+  vec(expm1 ? VecOp::kExp : VecOp::kAdd, u, {x}, rows, cols,
+      expm1 ? std::optional<double>() : 1.0);
+  vec(VecOp::kSub, d, {u}, rows, cols, 1.0);
+  vec(VecOp::kLog, log_u, {u}, rows, cols);
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto keep_where = [&](TileId tested, double value, TileId kept) {
+    vec(VecOp::kEq, test, {tested}, rows, cols, value);
+    vec(VecOp::kSelect, dst, {test, kept, dst}, rows, cols);
+  };
+  if (expm1) {
+    vec(VecOp::kDiv, ratio, {x, log_u}, rows, cols);
+    vec(VecOp::kMul, dst, {d, ratio}, rows, cols);
+    keep_where(u, inf, u);
+    keep_where(d, -1.0, d);
+    keep_where(d, 0.0, x);
+  } else {
+    vec(VecOp::kDiv, ratio, {x, d}, rows, cols);
+    vec(VecOp::kMul, dst, {log_u, ratio}, rows, cols);
+    keep_where(d, 0.0, x);
+    keep_where(x, inf, x);
+  }
+  for (TileId t : {u, d, log_u, ratio, test}) free_tile(t);
+}
+
 BlockEmitter::TileId BlockEmitter::unary(const std::string& name, TileId x,
                                          const Shape& s,
                                          std::optional<TileId> reuse) {
@@ -397,20 +435,18 @@ BlockEmitter::TileId BlockEmitter::unary(const std::string& name, TileId x,
   const rt::DType write =
       std::exchange(write_dtype_, std::nullopt)
           .value_or(name == "logical_not" ? rt::DType::kBool : kF32);
+  // expm1 and log1p read x after their first step: never over x
+  const bool rereads_x = name == "expm1" || name == "log1p";
   const TileId dst =
-      reuse && tiles_[*reuse].dtype == write
+      reuse && !rereads_x && tiles_[*reuse].dtype == write
           ? *reuse
           : new_tile(write, tiles_[x].has_rows, tiles_[x].has_cols);
   using rt::VecOp;
   if (name == "exp2") {
     vec(VecOp::kMul, dst, {x}, rows, cols, std::log(2.0));
     vec(VecOp::kExp, dst, {dst}, rows, cols);
-  } else if (name == "expm1") {
-    vec(VecOp::kExp, dst, {x}, rows, cols);
-    vec(VecOp::kSub, dst, {dst}, rows, cols, 1.0);
-  } else if (name == "log1p") {
-    vec(VecOp::kAdd, dst, {x}, rows, cols, 1.0);
-    vec(VecOp::kLog, dst, {dst}, rows, cols);
+  } else if (name == "expm1" || name == "log1p") {
+    accurate_near_zero(name == "expm1", x, dst, rows, cols);
   } else if (name == "ceil") {
     vec(VecOp::kNeg, dst, {x}, rows, cols);
     vec(VecOp::kFloor, dst, {dst}, rows, cols);

@@ -139,6 +139,8 @@ class BlockEmitter {
   TileId index_tile(const LoopOp& op, const Shape& s);
   TileId unary(const std::string& name, TileId x, const Shape& s,
                std::optional<TileId> reuse = std::nullopt);
+  void accurate_near_zero(bool expm1, TileId x, TileId dst, int64_t rows,
+                          int64_t cols);
   TileId binary(const LoopOp& op, const Eval& ev, const Shape& s);
   TileId reduction(uint32_t op, const Eval& ev, const Shape& s);
   TileId reduction_multi(uint32_t op, const Shape& s);

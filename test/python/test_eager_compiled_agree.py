@@ -82,6 +82,7 @@ POINTWISE = {
     "gelu": F.gelu, "silu": F.silu, "relu": F.relu, "abs": torch.abs, "neg": torch.neg,
     "reciprocal": torch.reciprocal, "erf": torch.erf,
     "clamp": lambda x: x.clamp(-0.5, 0.5), "sqrt": torch.sqrt,
+    "expm1": torch.expm1, "log1p": torch.log1p,
     "add": lambda x: x + 1.5, "mul": lambda x: x * 0.75,
     "add_alpha": lambda x: torch.add(x, x, alpha=0.5), "maximum": lambda x: torch.maximum(x, x * 0.5),
 }
@@ -95,5 +96,14 @@ def test_single_pointwise_ops_bit_for_bit(dtype, shape):
     x = (rand(shape, dtype) * 2).to("spyre")
     positive = x.abs()
     for name, fn in POINTWISE.items():
-        arg = positive if name in ("sqrt", "reciprocal") else x
+        arg = positive if name in ("sqrt", "reciprocal", "log1p") else x
         assert torch.equal(_eager(fn, arg).cpu(), _compiled(fn, arg).cpu()), name
+
+
+@pytest.mark.parametrize("fn", [torch.expm1, torch.log1p])
+def test_compiled_expm1_log1p_keep_their_precision_near_zero(fn):
+    # exp(x) - 1 and log(1 + x) lose every digit for |x| ~ 1e-6; both paths
+    # use Goldberg's rewrites: relative error of a few fp32 ulps
+    a = torch.tensor([1e-7, -3e-6, 2e-5, 1e-3, 0.5, -0.25, 0.0, 3.0, float("inf")])
+    got = _compiled(fn, a.to("spyre")).cpu()
+    torch.testing.assert_close(got, fn(a), rtol=1e-6, atol=0)
