@@ -29,6 +29,7 @@
 #include <ATen/ops/index_ops.h>
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/lt.h>
+#include <ATen/ops/masked_select_ops.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/scalar_tensor.h>
@@ -291,6 +292,33 @@ at::Tensor& index_out_kernel(const at::Tensor& self, const IndexList& list,
   return write_result(result, out);
 }
 
+// masked_select: self's elements where the mask is true (both broadcast
+// together), in row-major order: advanced indexing by the mask.
+at::Tensor masked_select_kernel(const at::Tensor& self,
+                                const at::Tensor& mask) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool,
+              "masked_select: expected BoolTensor for mask");
+  if (!self.is_privateuseone() || !has_device_dtype(self.scalar_type())) {
+    return at::native::call_fallback_fn<&cpu_fallback,
+                                        at::_ops::masked_select>::call(self,
+                                                                       mask);
+  }
+  std::vector<int64_t> shape = at::infer_size(self.sizes(), mask.sizes());
+  if (shape.empty()) shape.push_back(1);  // 0-d: one element
+  IndexList list;
+  list.push_back(mask.to(self.device()).expand(shape));
+  return index_kernel(self.expand(shape), list).reshape({-1});
+}
+
+at::Tensor& masked_select_out_kernel(const at::Tensor& self,
+                                     const at::Tensor& mask, at::Tensor& out) {
+  check_out_apart(out, {self, mask});
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(),
+              "masked_select(): self and result must have the same scalar "
+              "type");
+  return write_result(masked_select_kernel(self, mask), out);
+}
+
 // index_copy (a static KV cache's update at cache_position): every place i
 // along `dim` takes source's slice k where index[k] == i, else keeps self's.
 // Written as a comparison of the places with the indices, a row gather of
@@ -499,6 +527,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("gather.out", gather_out_kernel);
   m.impl("index.Tensor", index_kernel);
   m.impl("index.Tensor_out", index_out_kernel);
+  m.impl("masked_select", masked_select_kernel);
+  m.impl("masked_select.out", masked_select_out_kernel);
   m.impl("index_copy", index_copy);
   m.impl("index_copy.out", index_copy_out);
   m.impl("index_copy_", index_copy_);

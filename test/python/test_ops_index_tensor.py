@@ -4,7 +4,8 @@ PyTorch distinguishes (leading, middle, trailing, non-adjacent, broadcast
 indices, every dim indexed as in Hugging Face's attention-mask lookup),
 negative indices, int32 and CPU indices, views with offsets, out= into a
 view, clear errors; boolean and byte masks through nonzero on the device
-(the count read back), nonzero itself."""
+(the count read back), nonzero and masked_select themselves; rows too
+wide for one gather."""
 
 import pytest
 import torch
@@ -287,4 +288,23 @@ def test_wide_rows_are_gathered_in_pieces(dtype):
         assert torch.equal(wide.to("spyre")[ids.to("spyre")].cpu(), wide[ids])
         with pytest.raises(RuntimeError):
             w.to("spyre")[torch.tensor([4]).to("spyre")].cpu()  # out of range
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_masked_select(dtype):
+    a = _table((3, 5, 67), dtype)
+    with torch.spyre.strict():
+        for mask in [torch.rand(3, 5, 67) > 0.5, torch.rand(5, 67) > 0.5,
+                     torch.rand(3, 1, 67) > 0.5, torch.zeros(67, dtype=torch.bool)]:
+            got = torch.masked_select(a.to("spyre"), mask.to("spyre"))
+            assert torch.equal(got.cpu(), torch.masked_select(a, mask))
+        s = _table((), dtype)
+        for flag in [True, False]:
+            got = torch.masked_select(s.to("spyre"), torch.tensor(flag).to("spyre"))
+            assert torch.equal(got.cpu(), torch.masked_select(s, torch.tensor(flag)))
+        out = torch.empty(0, dtype=dtype).to("spyre")
+        mask = torch.rand(3, 5, 67) > 0.5
+        torch.masked_select(offset_view(a), mask.to("spyre"), out=out)
+        assert torch.equal(out.cpu(), torch.masked_select(a, mask))
     no_fallbacks()
