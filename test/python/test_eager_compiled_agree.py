@@ -57,13 +57,13 @@ def test_softmax_bit_for_bit(dtype, shape, log):
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_softmax_is_the_cpus(dtype):
     # exp(x - max) * (1 / sum), as PyTorch's CPU kernel: fp32 results within
-    # a few ulps of the CPU's (whose vectorised exp is itself within an ulp),
+    # 8 ulps of the CPU's (exp within an ulp on either side, then the sum),
     # 16-bit results within one ulp of the CPU's fp32 math rounded
-    a = rand((33, 130), dtype) * 3
+    a = rand((33, 130), dtype, torch.Generator().manual_seed(0)) * 3
     want = F.softmax(a.float(), -1).to(dtype)
     for got in (_eager(lambda x: F.softmax(x, -1), a.to("spyre")),
                 _compiled(lambda x: F.softmax(x, -1), a.to("spyre"))):
-        torch.testing.assert_close(got.cpu(), want, rtol=4e-7 if dtype == torch.float32
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-6 if dtype == torch.float32
                                    else 0, atol=0 if dtype == torch.float32 else
                                    torch.finfo(dtype).eps)
 
