@@ -300,7 +300,10 @@ BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
         return dst;
       }
       {
+        // a rounding folded into this op is its own, not its argument's
+        const auto write = std::exchange(write_dtype_, std::nullopt);
         const TileId x = ev(op.args[0]);
+        write_dtype_ = write;
         return unary(op.name, x, s, dying_tile(op.args[0]));
       }
     case LoopOpKind::kBinary:

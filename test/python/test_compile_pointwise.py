@@ -89,3 +89,20 @@ def test_long_rows_split_into_chunks(shape, other):
 def test_index_expressions(fn, shape):
     # values of the loop indices (iota tiles): along cols, rows and both
     compile_and_compare(fn, torch.randn(shape, dtype=h), expect_kernels=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_fused_chain_rounds_once_at_its_end(dtype):
+    # exp(x - y) into a 16-bit output: the rounding belongs to exp's result,
+    # never to the difference it reads (the same bits as the fp32 kernel's
+    # result rounded)
+    x, y = torch.randn(64, 130), torch.randn(64, 130) * 1e-2
+    # differences exactly between two 16-bit values: rounded, exp moves
+    x[0, :4], y[0, :4] = 8.0078125, 0.00390625
+    x16, y16 = x.to(dtype), y.to(dtype)
+    fn = lambda a, b: torch.exp(a - b)  # noqa: E731
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="spyre")(x16.to("spyre"), y16.to("spyre")).cpu()
+    torch._dynamo.reset()
+    wide = torch.compile(fn, backend="spyre")(x16.float().to("spyre"), y16.float().to("spyre"))
+    assert torch.equal(got, wide.cpu().to(dtype))
