@@ -144,6 +144,12 @@ std::vector<int64_t> broadcast_shape(const std::vector<at::Tensor>& indices) {
   return shape;
 }
 
+// A negative index counts from the end of a dim of `size`, as in Python;
+// others are kept (out-of-range ones are the caller's to refuse).
+at::Tensor counted_from_the_end(const at::Tensor& index, int64_t size) {
+  return at::where(at::lt(index, 0), at::add(index, size), index);
+}
+
 // One row index into the indexed dims flattened in order (row-major), in
 // the indices' common shape. A negative index counts from the end, as in
 // Python; an index outside its dim makes the row index point past the last
@@ -154,8 +160,7 @@ at::Tensor flat_row_index(const at::Tensor& self, const IndexedDims& indexed,
   for (size_t k = 0; k < indexed.dims.size(); ++k) {
     const int64_t size = self.size(indexed.dims[k]);
     const at::Tensor& index = indexed.indices[k];
-    const at::Tensor wrapped =
-        at::where(at::lt(index, 0), at::add(index, size), index);
+    const at::Tensor wrapped = counted_from_the_end(index, size);
     const at::Tensor beyond =
         at::bitwise_or(at::lt(index, -size), at::ge(index, size));
     flat = flat.defined() ? at::add(at::mul(flat, size), wrapped) : wrapped;
@@ -510,8 +515,7 @@ at::Tensor& index_put_impl_(at::Tensor& self, const IndexList& list,
   if (index.scalar_type() != at::kLong || index.dim() != 1) return fallback();
   // Negative indices count from the end, as in Python (index_copy would
   // refuse them).
-  const at::Tensor wrapped =
-      at::where(at::lt(index, 0), at::add(index, self.size(d)), index);
+  const at::Tensor wrapped = counted_from_the_end(index, self.size(d));
   std::vector<int64_t> slices = self.sizes().vec();
   slices[d] = index.numel();
   const at::Tensor source = values.to(self.scalar_type()).expand(slices);

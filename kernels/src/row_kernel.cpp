@@ -162,68 +162,55 @@ void RowKernelWriter::row_stats(const std::string& name, const Matrix& m,
 
 void RowKernelWriter::next_node() { k_.nodes.emplace_back(); }
 
-uint32_t RowKernelWriter::add(LoopOp op) {
+uint32_t RowKernelWriter::add(LoopOpKind kind, std::vector<uint32_t> args,
+                              std::string name) {
+  LoopOp op;
+  op.kind = kind;
   op.node = static_cast<uint32_t>(k_.nodes.size() - 1);
+  op.args = std::move(args);
+  op.name = std::move(name);
   k_.ops.push_back(std::move(op));
   return static_cast<uint32_t>(k_.ops.size() - 1);
 }
 
 uint32_t RowKernelWriter::load(const std::string& buffer) {
-  LoopOp op;
-  op.kind = LoopOpKind::kLoad;
-  op.buffer = buffer;
+  const uint32_t id = add(LoopOpKind::kLoad, {});
+  k_.ops[id].buffer = buffer;
   for (const auto& [name, access] : accesses_) {
-    if (name == buffer) op.access = access;
+    if (name == buffer) k_.ops[id].access = access;
   }
-  const uint32_t id = add(std::move(op));
   if (!k_.ops[id].access) return id;  // an earlier node's fp32 value
-  LoopOp to_float;
-  to_float.kind = LoopOpKind::kToDtype;
-  to_float.args = {id};
-  to_float.to_float = true;
-  return add(std::move(to_float));
+  const uint32_t to_float = add(LoopOpKind::kToDtype, {id});
+  k_.ops[to_float].to_float = true;
+  return to_float;
 }
 
 uint32_t RowKernelWriter::constant(double value) {
-  LoopOp op;
-  op.kind = LoopOpKind::kConstant;
-  op.value = value;
-  return add(std::move(op));
+  const uint32_t id = add(LoopOpKind::kConstant, {});
+  k_.ops[id].value = value;
+  return id;
 }
 
 uint32_t RowKernelWriter::unary(const std::string& name, uint32_t x) {
-  LoopOp op;
-  op.kind = LoopOpKind::kUnary;
-  op.name = name;
-  op.args = {x};
-  return add(std::move(op));
+  return add(LoopOpKind::kUnary, {x}, name);
 }
 
 uint32_t RowKernelWriter::binary(const std::string& name, uint32_t a,
                                  uint32_t b) {
-  LoopOp op;
-  op.kind = LoopOpKind::kBinary;
-  op.name = name;
-  op.args = {a, b};
-  return add(std::move(op));
+  return add(LoopOpKind::kBinary, {a, b}, name);
 }
 
 uint32_t RowKernelWriter::reduction(const std::string& name, uint32_t x,
                                     uint32_t part) {
-  LoopOp op;
-  op.kind = LoopOpKind::kReduction;
-  op.name = name;
-  op.args = {x};
-  op.part = part;
-  return add(std::move(op));
+  const uint32_t id = add(LoopOpKind::kReduction, {x}, name);
+  k_.ops[id].part = part;
+  return id;
 }
 
 uint32_t RowKernelWriter::round_to(uint32_t x, rt::DType dtype) {
-  LoopOp op;
-  op.kind = LoopOpKind::kToDtype;
-  op.dtype = dtype;
-  op.args = {x};
-  return add(std::move(op));
+  const uint32_t id = add(LoopOpKind::kToDtype, {x});
+  k_.ops[id].dtype = dtype;
+  return id;
 }
 
 void RowKernelWriter::store(const std::string& buffer, uint32_t value) {

@@ -36,6 +36,16 @@ def _back_to_device_zero():
     torch.spyre.set_strict(False)
 
 
+@pytest.fixture
+def strict_no_fallback():
+    """The test runs in strict mode (a CPU fallback raises) and none ran:
+    for files whose every op must be a device kernel."""
+    torch.spyre.reset_fallback_stats()
+    with torch.spyre.strict():
+        yield
+    assert torch.spyre.fallback_stats() == {}
+
+
 def needs_two_devices():
     return pytest.mark.skipif(torch.spyre.device_count() < 2,
                               reason="needs SPYRE_SIM_DEVICES>=2")

@@ -10,12 +10,8 @@ import torch
 from ops_testing import FLOATS, TOL
 
 
-@pytest.fixture(autouse=True)
-def _strict():
-    torch.spyre.reset_fallback_stats()
-    with torch.spyre.strict():
-        yield
-    assert torch.spyre.fallback_stats() == {}
+# strict mode: any CPU fallback raises, and none may have run (conftest.py)
+pytestmark = pytest.mark.usefixtures("strict_no_fallback")
 
 
 def triangular(shape, upper, unit, gen):

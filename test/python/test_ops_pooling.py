@@ -13,12 +13,8 @@ import torch.nn.functional as F
 from ops_testing import FLOATS, assert_matches, offset_view
 
 
-@pytest.fixture(autouse=True)
-def _strict():
-    torch.spyre.reset_fallback_stats()
-    with torch.spyre.strict():
-        yield
-    assert torch.spyre.fallback_stats() == {}
+# strict mode: any CPU fallback raises, and none may have run (conftest.py)
+pytestmark = pytest.mark.usefixtures("strict_no_fallback")
 
 
 # (shape, kernel, stride, padding, ceil_mode)

@@ -16,12 +16,8 @@ from ops_testing import offset_view
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32]
 
 
-@pytest.fixture(autouse=True)
-def _strict():
-    torch.spyre.reset_fallback_stats()
-    with torch.spyre.strict():
-        yield
-    assert torch.spyre.fallback_stats() == {}
+# strict mode: any CPU fallback raises, and none may have run (conftest.py)
+pytestmark = pytest.mark.usefixtures("strict_no_fallback")
 
 
 def sample(shape, dtype, ties=True, specials=True):

@@ -50,7 +50,9 @@ class RowKernelWriter {
   LoopKernel finish() &&;
 
  private:
-  uint32_t add(LoopOp op);
+  // a new op of the current node; the caller sets its other fields
+  uint32_t add(LoopOpKind kind, std::vector<uint32_t> args,
+               std::string name = {});
   void add_buffer(const std::string& name, const Matrix& m, bool is_output,
                   std::vector<int64_t> host_sizes,
                   std::vector<int64_t> dim_strides, BufferAccess access);
