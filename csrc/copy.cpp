@@ -111,13 +111,34 @@ std::shared_ptr<Bytes> staging_buffer(size_t size) {
   return StagingPool::get().take(size);
 }
 
+// Whether this thread's copies stage a card-to-card transfer (CardLinkStaging).
+thread_local int card_link_staging_depth = 0;
+
 // Copy work that adds its modelled time and `bytes` (device bytes moved) to
-// torch.spyre.device_time_stats() once it ran.
+// torch.spyre.device_time_stats() once it ran. Staging for a card link
+// (CardLinkStaging) moves the bytes and models no time.
 template <typename Copy>
 rt::Work counted_copy(uint64_t bytes, Copy copy) {
+  if (card_link_staging_depth > 0) {
+    return [copy = std::move(copy)]() {
+      copy();
+      return 0.0;
+    };
+  }
   return [bytes, copy = std::move(copy)]() {
     const double ns = copy();
     ops::record_copy_time(ns, bytes);
+    return ns;
+  };
+}
+
+// Card-to-card transfer work: its modelled time and the `bytes` it put on
+// the link go to the link totals of torch.spyre.device_time_stats().
+template <typename Transfer>
+rt::Work counted_link(uint64_t bytes, Transfer transfer) {
+  return [bytes, transfer = std::move(transfer)]() {
+    const double ns = transfer();
+    ops::record_link_time(ns, bytes);
     return ns;
   };
 }
@@ -281,6 +302,57 @@ bool same_device_raw_copy(const at::Tensor& src, const at::Tensor& dst) {
          tensor_layout(src).same_placement(tensor_layout(dst));
 }
 
+// Across cards: the source's whole image goes over the card-to-card link
+// (Device::copy_to_peer) into a tensor of the same placement on the
+// destination card, or straight into dst when dst is one; what is left (a
+// view, a dtype) is then a copy on the destination card. As CUDA's peer
+// copies, the transfer runs on the source card's current stream after the
+// destination's current stream reached the call, and the destination's
+// stream waits for it. False when the layouts leave no such transfer.
+void copy_on_device(const at::Tensor& src, const at::Tensor& dst,
+                    bool non_blocking);
+
+bool copy_across_cards(const at::Tensor& src, const at::Tensor& dst,
+                       bool non_blocking) {
+  const at::Tensor whole =
+      covers_storage(src) ? src : src.clone(at::MemoryFormat::Contiguous);
+  const bool direct = covers_storage(dst) &&
+                      dst.scalar_type() == whole.scalar_type() &&
+                      dst.sizes() == whole.sizes() &&
+                      tensor_layout(whole).same_placement(tensor_layout(dst));
+  const at::Tensor landed =
+      direct ? dst
+             : at::empty(whole.sizes(), whole.options().device(dst.device()));
+  if (!tensor_layout(whole).same_placement(tensor_layout(landed))) return false;
+  const Allocation& from = allocation_of(whole.storage());
+  const Allocation& to = allocation_of(landed.storage());
+  rt::Device* src_device = &runtime_device(from.device);
+  rt::Device* dst_device = &runtime_device(to.device);
+  const uint64_t bytes = to.layout->device_bytes();
+  rt::Stream& src_stream = stream_of(from.device);
+  rt::Stream& dst_stream = stream_of(to.device);
+  auto transfer = [src_device, dst_device, from_ptr = from.ptr, to_ptr = to.ptr,
+                   bytes,
+                   keep = std::make_pair(whole.storage(), landed.storage())]() {
+    return src_device->copy_to_peer(*dst_device, to_ptr, from_ptr, bytes);
+  };
+  call_runtime([&] {
+    rt::Event destination_free;
+    destination_free.record(dst_stream);
+    destination_free.block(src_stream);
+    src_stream.enqueue(counted_link(bytes, std::move(transfer)));
+    rt::Event landed_event;
+    landed_event.record(src_stream);
+    landed_event.block(dst_stream);
+  });
+  if (!direct) {
+    copy_on_device(landed, dst, non_blocking);
+  } else if (!non_blocking) {
+    wait_for(dst_stream);
+  }
+  return true;
+}
+
 void copy_on_device(const at::Tensor& src, const at::Tensor& dst,
                     bool non_blocking) {
   if (dst.numel() == 0) return;
@@ -306,8 +378,10 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst,
     ops::device_copy(src, dst);
     return;
   }
-  // Other devices or dtypes the device cannot convert: through the host
-  // image of the source (which waits for the source's device).
+  if (src.device() != dst.device() && copy_across_cards(src, dst, non_blocking))
+    return;
+  // Dtypes the device cannot convert: through the host image of the source
+  // (which waits for the source's device).
   at::Tensor image = host_image(src.storage());
   at::Tensor values =
       view_in_image(src, image).to(dst.scalar_type()).expand(dst.sizes());
@@ -368,6 +442,17 @@ void spyre_record_stream(at::Tensor& self, c10::Stream stream) {
 }
 
 }  // namespace
+
+CardLinkStaging::CardLinkStaging() { ++card_link_staging_depth; }
+CardLinkStaging::~CardLinkStaging() { --card_link_staging_depth; }
+
+void record_card_link(c10::DeviceIndex device, uint64_t bytes) {
+  const CopyRange range("spyre::card_link");
+  const double ns = device_chip(device).costs.card_link_ns(bytes);
+  rt::Stream& stream = stream_of(device);
+  call_runtime(
+      [&] { stream.enqueue(counted_link(bytes, [ns] { return ns; })); });
+}
 
 bool covers_storage(const at::Tensor& tensor) {
   return tensor.storage_offset() == 0 && tensor.is_contiguous() &&

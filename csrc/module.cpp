@@ -88,6 +88,8 @@ py::dict device_properties(c10::DeviceIndex index) {
   out["total_memory"] = p.memory_bytes;
   out["clock_ghz"] = p.chip.costs.clock_ghz;
   out["timing_table_version"] = std::string(p.chip.costs.version);
+  out["card_link_gb_per_s"] = p.chip.costs.card_link_gb_per_s;
+  out["card_link_latency_ns"] = p.chip.costs.card_link_latency_ns;
   return out;
 }
 
@@ -240,13 +242,16 @@ void bind_ops(py::module_& m) {
   m.def("device_time_stats", [] {
     const glue::ops::DeviceTimeStats s = glue::ops::device_time_stats();
     py::dict out;
-    out["total_ns"] = s.launch_ns + s.copy_ns;
+    out["total_ns"] = s.launch_ns + s.copy_ns + s.link_ns;
     out["launches"] = s.launches;
     out["launch_ns"] = s.launch_ns;
     out["launch_dma_bytes"] = s.launch_dma_bytes;
     out["copies"] = s.copies;
     out["copy_ns"] = s.copy_ns;
     out["copy_bytes"] = s.copy_bytes;
+    out["link_transfers"] = s.link_transfers;
+    out["link_ns"] = s.link_ns;
+    out["link_bytes"] = s.link_bytes;
     return out;
   });
   m.def("reset_device_time_stats",

@@ -32,6 +32,23 @@ void resize_storage_bytes(const c10::Storage& storage, size_t new_bytes);
 void copy_tensor(const at::Tensor& src, const at::Tensor& dst,
                  bool non_blocking);
 
+// While one lives, the host<->device copies this thread starts stage a
+// card-to-card transfer that the emulator cannot make directly (between
+// processes, through the collectives' host transport): they move the bytes
+// and model no time, because on the chip the data would go straight over
+// the card link, whose time the collective adds once (record_card_link).
+class CardLinkStaging {
+ public:
+  CardLinkStaging();
+  ~CardLinkStaging();
+  CardLinkStaging(const CardLinkStaging&) = delete;
+  CardLinkStaging& operator=(const CardLinkStaging&) = delete;
+};
+// Queues on `device`'s current stream the modelled time of one transfer of
+// `bytes` over its card link (chip costs' card_link_ns), counted in the
+// link totals of torch.spyre.device_time_stats().
+void record_card_link(c10::DeviceIndex device, uint64_t bytes);
+
 const DeviceLayout& tensor_layout(const at::Tensor& tensor);
 // True when `tensor` is the whole storage, contiguous, from offset 0.
 bool covers_storage(const at::Tensor& tensor);

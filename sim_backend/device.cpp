@@ -58,6 +58,21 @@ double SimDevice::copy_on_device(rt::DevicePtr dst, rt::DevicePtr src,
                         props_.chip.costs);  // read + write via DRAM
 }
 
+double SimDevice::copy_to_peer(rt::Device& peer, rt::DevicePtr dst,
+                               rt::DevicePtr src, uint64_t bytes) {
+  auto* sim_peer = dynamic_cast<SimDevice*>(&peer);
+  if (sim_peer == this) return copy_on_device(dst, src, bytes);
+  if (sim_peer == nullptr) {
+    return rt::Device::copy_to_peer(peer, dst, src, bytes);
+  }
+  if (bytes == 0) return 0;
+  const uint8_t* from = memory_.translate(src, bytes, "copy_to_peer source");
+  uint8_t* to =
+      sim_peer->memory_.translate(dst, bytes, "copy_to_peer destination");
+  std::memcpy(to, from, bytes);
+  return props_.chip.costs.card_link_ns(bytes);
+}
+
 double SimDevice::fill(rt::DevicePtr dst, uint8_t value, uint64_t bytes) {
   if (bytes == 0) return 0;
   std::memset(memory_.translate(dst, bytes, "fill"), value, bytes);

@@ -37,6 +37,10 @@ class SimDevice : public rt::Device {
   double copy_on_device(rt::DevicePtr dst, rt::DevicePtr src,
                         uint64_t bytes) override;
   double fill(rt::DevicePtr dst, uint8_t value, uint64_t bytes) override;
+  // Directly between two emulated cards' memories, timed by the card link;
+  // a peer of another backend goes through the host (the default).
+  double copy_to_peer(rt::Device& peer, rt::DevicePtr dst, rt::DevicePtr src,
+                      uint64_t bytes) override;
   // In one pass: the conversion writes (reads) emulated device memory
   // directly, with no bounce buffer.
   double copy_to_device_packed(rt::DevicePtr dst, uint64_t bytes,

@@ -115,7 +115,9 @@ def is_bf16_supported(including_emulation=True):
 class _DeviceProperties:
     """name, backend, num_cores, scratchpad_bytes, scratchpad_reserve,
     stick_bytes, total_memory, clock_ghz, timing_table_version: the chip
-    facts the kernel builders and the compiler plan for."""
+    facts the kernel builders and the compiler plan for; card_link_gb_per_s
+    and card_link_latency_ns: the modelled card-to-card link (peer copies,
+    collectives)."""
 
     def __init__(self, values):
         self.__dict__.update(values)
@@ -332,9 +334,11 @@ def set_program_cache_capacity(capacity):
 
 def device_time_stats():
     """Modelled device time since the last reset, summed over devices:
-    total_ns (launch_ns + copy_ns), launches and their DMA bytes, copies
-    (host<->device, device<->device) and their device bytes. Work counts once
-    it ran, so call synchronize() before reading."""
+    total_ns (launch_ns + copy_ns + link_ns), launches and their DMA bytes,
+    copies (host<->device, device<->device) and their device bytes, and
+    card-to-card link transfers (peer copies between cards, collectives) and
+    their bytes. Work counts once it ran, so call synchronize() before
+    reading."""
     return dict(_C.device_time_stats())
 
 

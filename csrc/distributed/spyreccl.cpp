@@ -1,101 +1,20 @@
 #include "distributed/spyreccl.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/full.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 #include <sstream>
 #include <utility>
 
+#include "distributed/staging.h"
+
 namespace spyre::torch_glue::distributed {
 namespace {
-
-// ---- staging through host memory ------------------------------------------
-
-void check_spyre(const char* op, const at::Tensor& tensor) {
-  TORCH_CHECK(tensor.device().type() == c10::DeviceType::PrivateUse1,
-              "spyreccl ", op, ": expected a spyre tensor, got one on ",
-              tensor.device(),
-              "; move it with .to('spyre'), or give CPU tensors to a group "
-              "with a CPU backend, e.g. "
-              "init_process_group('cpu:gloo,spyre:spyreccl')");
-  TORCH_CHECK(tensor.layout() == at::kStrided, "spyreccl ", op,
-              ": only dense (strided) tensors are supported, got ",
-              tensor.layout());
-}
-
-void check_one_tensor(const char* op, const std::vector<at::Tensor>& tensors) {
-  TORCH_CHECK(tensors.size() == 1, "spyreccl ", op,
-              ": expected one tensor per call, got ", tensors.size());
-  check_spyre(op, tensors[0]);
-}
-
-void check_all_spyre(const char* op, const std::vector<at::Tensor>& tensors) {
-  for (const at::Tensor& tensor : tensors) check_spyre(op, tensor);
-}
-
-// A contiguous pinned host tensor of `tensor`'s shape and dtype: the
-// transport needs dense host memory whatever the spyre tensor's strides.
-at::Tensor host_buffer_like(const at::Tensor& tensor) {
-  return at::empty(tensor.sizes(),
-                   tensor.options().device(at::kCPU).pinned_memory(true));
-}
-
-// The blocking device-to-host copy waits for the stream work producing
-// `tensor`, so the transport never reads a half-written value.
-at::Tensor stage_to_host(const at::Tensor& tensor) {
-  at::Tensor host = host_buffer_like(tensor);
-  host.copy_(tensor);
-  return host;
-}
-
-std::vector<at::Tensor> stage_all_to_host(
-    const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> hosts;
-  hosts.reserve(tensors.size());
-  for (const at::Tensor& tensor : tensors)
-    hosts.push_back(stage_to_host(tensor));
-  return hosts;
-}
-
-std::vector<at::Tensor> host_buffers_like(
-    const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> hosts;
-  hosts.reserve(tensors.size());
-  for (const at::Tensor& tensor : tensors)
-    hosts.push_back(host_buffer_like(tensor));
-  return hosts;
-}
-
-// copy_ writes through the spyre tensor's strides, so views and
-// non-contiguous outputs receive their elements in place.
-void copy_back(std::vector<at::Tensor>& devices,
-               const std::vector<at::Tensor>& hosts) {
-  for (size_t i = 0; i < devices.size(); ++i) devices[i].copy_(hosts[i]);
-}
-
-// ---- reductions -----------------------------------------------------------
-
-// What the transport is asked to reduce with: gloo has no AVG, so an
-// average is a host SUM followed by a division on the device.
-struct HostReduction {
-  c10d::ReduceOp op;
-  bool average;
-};
-
-HostReduction host_reduction(const char* op, c10d::ReduceOp requested,
-                             const at::Tensor& sample) {
-  if (requested == c10d::ReduceOp::AVG) {
-    TORCH_CHECK(at::isFloatingType(sample.scalar_type()), "spyreccl ", op,
-                ": ReduceOp.AVG needs a floating-point tensor, got ",
-                sample.scalar_type(),
-                "; use ReduceOp.SUM and divide, or convert the tensor first");
-    return {c10d::ReduceOp(c10d::ReduceOp::SUM), true};
-  }
-  TORCH_CHECK(!(requested == c10d::ReduceOp::PREMUL_SUM), "spyreccl ", op,
-              ": PREMUL_SUM is not supported; scale the tensor and use SUM");
-  return {requested, false};
-}
 
 // ---- rank agreement -------------------------------------------------------
 
@@ -127,69 +46,6 @@ std::string description_to_string(const at::Tensor& description) {
 }
 
 }  // namespace
-
-void wait_for_transport(c10d::Work& work, const char* op, int rank,
-                        std::chrono::milliseconds timeout) {
-  std::string cause;
-  try {
-    work.wait(timeout);
-    return;
-  } catch (const c10::Error& error) {
-    cause = error.what_without_backtrace();
-  } catch (const std::exception& error) {
-    cause = error.what();
-  }
-  C10_THROW_ERROR(
-      DistBackendError,
-      c10::str("spyreccl ", op, " on rank ", rank,
-               ": the host transport (gloo) failed: ", cause,
-               "; a peer rank may have exited, or not joined this collective "
-               "within the process group's timeout"));
-}
-
-// ---- StagedWork -----------------------------------------------------------
-
-StagedWork::StagedWork(c10::intrusive_ptr<c10d::Work> transport,
-                       std::function<void()> finish,
-                       std::vector<at::Tensor> outputs, int rank,
-                       c10d::OpType type)
-    : c10d::Work(rank, type),
-      transport_(std::move(transport)),
-      finish_(std::move(finish)),
-      outputs_(std::move(outputs)) {}
-
-void StagedWork::finish_once() {
-  std::lock_guard<std::mutex> lock(finish_mutex_);
-  if (finished_) return;
-  if (finish_) finish_();
-  finished_ = true;
-  finish_ = nullptr;  // drops the staging buffers it holds
-}
-
-bool StagedWork::wait(std::chrono::milliseconds timeout) {
-  wait_for_transport(*transport_, c10d::opTypeToString(opType_).c_str(), rank_,
-                     timeout);
-  finish_once();
-  return true;
-}
-
-bool StagedWork::isCompleted() {
-  if (!transport_->isCompleted()) return false;
-  if (transport_->isSuccess()) finish_once();
-  return true;
-}
-
-bool StagedWork::isSuccess() const { return transport_->isSuccess(); }
-
-std::exception_ptr StagedWork::exception() const {
-  return transport_->exception();
-}
-
-int StagedWork::sourceRank() const { return transport_->sourceRank(); }
-
-std::vector<at::Tensor> StagedWork::result() { return outputs_; }
-
-void StagedWork::synchronize() { wait(kNoTimeout); }
 
 // ---- SpyrecclBackend ------------------------------------------------------
 
@@ -234,53 +90,73 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::broadcast(
   auto hosts = stage_all_to_host(tensors);
   auto work = transport_->broadcast(hosts, opts);
   const bool is_root = opts.rootRank == rank_;
+  const uint64_t bytes = tensors[0].nbytes();
+  const uint64_t peers = size_ - 1;
   return staged(
       work,
-      [tensors, hosts, is_root]() mutable {
+      [tensors, hosts, is_root, bytes, peers]() mutable {
+        add_link_time(tensors[0], is_root ? peers * bytes : 0,
+                      is_root ? 0 : bytes);
         if (!is_root) copy_back(tensors, hosts);
       },
       tensors, c10d::OpType::BROADCAST);
 }
 
+// Every rank receives every other rank's tensor (one host all-gather) and
+// combines them on its device. For two cards that is a ring's traffic; for
+// more, a ring's reduce-scatter and all-gather would move less.
 c10::intrusive_ptr<c10d::Work> SpyrecclBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   check_one_tensor("all_reduce", tensors);
-  const HostReduction reduction =
-      host_reduction("all_reduce", opts.reduceOp, tensors[0]);
+  check_reduction("all_reduce", opts.reduceOp, tensors[0]);
   check_same_on_all_ranks("all_reduce", tensors[0]);
-  auto hosts = stage_all_to_host(tensors);
-  c10d::AllreduceOptions host_opts = opts;
-  host_opts.reduceOp = reduction.op;
-  auto work = transport_->allreduce(hosts, host_opts);
-  const int size = size_;
+  // Flat, because the transport splits its output along dim 0.
+  at::Tensor mine = stage_to_host(tensors[0]).reshape({-1});
+  at::Tensor received = at::empty({size_ * mine.numel()}, mine.options());
+  auto work =
+      transport_->_allgather_base(received, mine, c10d::AllgatherOptions());
+  const c10d::ReduceOp op = opts.reduceOp;
+  const uint64_t peer_bytes = (size_ - 1) * tensors[0].nbytes();
   return staged(
       work,
-      [tensors, hosts, reduction, size]() mutable {
-        copy_back(tensors, hosts);
-        if (reduction.average) tensors[0].div_(size);
+      [tensors, mine, received, op, peer_bytes]() mutable {
+        add_link_time(tensors[0], peer_bytes, peer_bytes);
+        reduce_received_into(received, op, tensors[0]);
       },
       tensors, c10d::OpType::ALLREDUCE);
 }
 
+// The root receives every rank's tensor (one host gather) and combines them
+// on its device; the others only send.
 c10::intrusive_ptr<c10d::Work> SpyrecclBackend::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   check_one_tensor("reduce", tensors);
-  const HostReduction reduction =
-      host_reduction("reduce", opts.reduceOp, tensors[0]);
+  check_reduction("reduce", opts.reduceOp, tensors[0]);
   check_same_on_all_ranks("reduce", tensors[0]);
-  auto hosts = stage_all_to_host(tensors);
-  c10d::ReduceOptions host_opts = opts;
-  host_opts.reduceOp = reduction.op;
-  auto work = transport_->reduce(hosts, host_opts);
+  std::vector<at::Tensor> mine{stage_to_host(tensors[0])};
   const bool is_root = opts.rootRank == rank_;
-  const int size = size_;
+  at::Tensor received;
+  std::vector<std::vector<at::Tensor>> slots;
+  if (is_root) {
+    std::vector<int64_t> shape{size_};
+    shape.insert(shape.end(), mine[0].sizes().begin(), mine[0].sizes().end());
+    received = at::empty(shape, mine[0].options());
+    slots.push_back(received.unbind(0));
+  }
+  c10d::GatherOptions gather_opts;
+  gather_opts.rootRank = opts.rootRank;
+  gather_opts.timeout = opts.timeout;
+  auto work = transport_->gather(slots, mine, gather_opts);
+  const c10d::ReduceOp op = opts.reduceOp;
+  const uint64_t bytes = tensors[0].nbytes();
+  const uint64_t peers = size_ - 1;
   return staged(
       work,
-      [tensors, hosts, reduction, size, is_root]() mutable {
+      [tensors, mine, received, op, is_root, bytes, peers]() mutable {
+        add_link_time(tensors[0], is_root ? 0 : bytes,
+                      is_root ? peers * bytes : 0);
         // Only the root receives the result; the others keep their input.
-        if (!is_root) return;
-        copy_back(tensors, hosts);
-        if (reduction.average) tensors[0].div_(size);
+        if (is_root) reduce_received_into(received, op, tensors[0]);
       },
       tensors, c10d::OpType::REDUCE);
 }
@@ -298,9 +174,11 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::allgather(
       host_buffers_like(outputs[0])};
   auto work = transport_->allgather(host_outputs, host_inputs, opts);
   std::vector<at::Tensor> device_outputs = outputs[0];
+  const uint64_t peer_bytes = (size_ - 1) * inputs[0].nbytes();
   return staged(
       work,
-      [device_outputs, host_outputs, host_inputs]() mutable {
+      [device_outputs, host_outputs, host_inputs, peer_bytes]() mutable {
+        add_link_time(device_outputs.at(0), peer_bytes, peer_bytes);
         copy_back(device_outputs, host_outputs[0]);
       },
       device_outputs, c10d::OpType::ALLGATHER);
@@ -315,9 +193,11 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::_allgather_base(
   at::Tensor host_output = host_buffer_like(output);
   auto work = transport_->_allgather_base(host_output, host_input, opts);
   std::vector<at::Tensor> device_outputs{output};
+  const uint64_t peer_bytes = (size_ - 1) * input.nbytes();
   return staged(
       work,
-      [device_outputs, host_output, host_input]() mutable {
+      [device_outputs, host_output, host_input, peer_bytes]() mutable {
+        add_link_time(device_outputs[0], peer_bytes, peer_bytes);
         copy_back(device_outputs, {host_output});
       },
       device_outputs, c10d::OpType::_ALLGATHER_BASE);
@@ -336,9 +216,15 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::gather(
   if (!outputs.empty())
     host_outputs.push_back(host_buffers_like(device_outputs));
   auto work = transport_->gather(host_outputs, host_inputs, opts);
+  const bool is_root = opts.rootRank == rank_;
+  const uint64_t bytes = inputs[0].nbytes();
+  const uint64_t peers = size_ - 1;
+  const at::Tensor input = inputs[0];
   return staged(
       work,
-      [device_outputs, host_outputs, host_inputs]() mutable {
+      [device_outputs, host_outputs, host_inputs, input, is_root, bytes,
+       peers]() mutable {
+        add_link_time(input, is_root ? 0 : bytes, is_root ? peers * bytes : 0);
         if (!host_outputs.empty()) copy_back(device_outputs, host_outputs[0]);
       },
       device_outputs, c10d::OpType::GATHER);
@@ -357,14 +243,21 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::scatter(
   }
   auto host_outputs = host_buffers_like(outputs);
   auto work = transport_->scatter(host_outputs, host_inputs, opts);
+  const bool is_root = opts.rootRank == rank_;
+  const uint64_t bytes = outputs[0].nbytes();
+  const uint64_t peers = size_ - 1;
   return staged(
       work,
-      [outputs, host_outputs, host_inputs]() mutable {
+      [outputs, host_outputs, host_inputs, is_root, bytes, peers]() mutable {
+        add_link_time(outputs[0], is_root ? peers * bytes : 0,
+                      is_root ? 0 : bytes);
         copy_back(outputs, host_outputs);
       },
       outputs, c10d::OpType::SCATTER);
 }
 
+// Rank r's output combines every rank's r-th input: one host all-to-all
+// brings this rank its share from every rank, then its device combines them.
 c10::intrusive_ptr<c10d::Work> SpyrecclBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs,
     std::vector<std::vector<at::Tensor>>& inputs,
@@ -372,24 +265,22 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::reduce_scatter(
   check_one_tensor("reduce_scatter", outputs);
   TORCH_CHECK(inputs.size() == 1,
               "spyreccl reduce_scatter: expected one input list");
+  TORCH_CHECK(static_cast<int>(inputs[0].size()) == size_,
+              "spyreccl reduce_scatter: expected one input per rank (", size_,
+              "), got ", inputs[0].size());
   check_all_spyre("reduce_scatter", inputs[0]);
-  const HostReduction reduction =
-      host_reduction("reduce_scatter", opts.reduceOp, outputs[0]);
+  for (const at::Tensor& input : inputs[0]) {
+    TORCH_CHECK(input.sizes() == outputs[0].sizes() &&
+                    input.scalar_type() == outputs[0].scalar_type(),
+                "spyreccl reduce_scatter: every input must have the output's "
+                "dtype and shape ",
+                outputs[0].scalar_type(), " ", outputs[0].sizes(), ", got ",
+                input.scalar_type(), " ", input.sizes());
+  }
+  check_reduction("reduce_scatter", opts.reduceOp, outputs[0]);
   check_same_on_all_ranks("reduce_scatter", outputs[0]);
-  std::vector<std::vector<at::Tensor>> host_inputs{
-      stage_all_to_host(inputs[0])};
-  auto host_outputs = host_buffers_like(outputs);
-  c10d::ReduceScatterOptions host_opts = opts;
-  host_opts.reduceOp = reduction.op;
-  auto work = transport_->reduce_scatter(host_outputs, host_inputs, host_opts);
-  const int size = size_;
-  return staged(
-      work,
-      [outputs, host_outputs, host_inputs, reduction, size]() mutable {
-        copy_back(outputs, host_outputs);
-        if (reduction.average) outputs[0].div_(size);
-      },
-      outputs, c10d::OpType::REDUCE_SCATTER);
+  return reduce_scatter_staged(stage_stacked_to_host(inputs[0]), outputs[0],
+                               opts.reduceOp, c10d::OpType::REDUCE_SCATTER);
 }
 
 c10::intrusive_ptr<c10d::Work> SpyrecclBackend::_reduce_scatter_base(
@@ -397,24 +288,40 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::_reduce_scatter_base(
     const c10d::ReduceScatterOptions& opts) {
   check_spyre("reduce_scatter_tensor", input);
   check_spyre("reduce_scatter_tensor", output);
-  const HostReduction reduction =
-      host_reduction("reduce_scatter_tensor", opts.reduceOp, output);
+  TORCH_CHECK(input.numel() == size_ * output.numel() &&
+                  input.scalar_type() == output.scalar_type(),
+              "spyreccl reduce_scatter_tensor: the input must hold one output "
+              "per rank (",
+              size_, " x ", output.numel(), " elements of ",
+              output.scalar_type(), "), got ", input.numel(), " of ",
+              input.scalar_type());
+  check_reduction("reduce_scatter_tensor", opts.reduceOp, output);
   check_same_on_all_ranks("reduce_scatter_tensor", input);
-  at::Tensor host_input = stage_to_host(input);
-  at::Tensor host_output = host_buffer_like(output);
-  c10d::ReduceScatterOptions host_opts = opts;
-  host_opts.reduceOp = reduction.op;
-  auto work =
-      transport_->_reduce_scatter_base(host_output, host_input, host_opts);
+  return reduce_scatter_staged(stage_to_host(input), output, opts.reduceOp,
+                               c10d::OpType::_REDUCE_SCATTER_BASE);
+}
+
+c10::intrusive_ptr<c10d::Work> SpyrecclBackend::reduce_scatter_staged(
+    at::Tensor staged_input, at::Tensor output, c10d::ReduceOp op,
+    c10d::OpType type) {
+  // [ranks, *output shape]: row r goes to rank r, and comes back as rank
+  // r's contribution to this rank's output.
+  std::vector<int64_t> shape{size_};
+  shape.insert(shape.end(), output.sizes().begin(), output.sizes().end());
+  at::Tensor outgoing = staged_input.reshape(shape);
+  at::Tensor received = at::empty(shape, outgoing.options());
+  std::vector<int64_t> even_splits;
+  auto work = transport_->alltoall_base(received, outgoing, even_splits,
+                                        even_splits, c10d::AllToAllOptions());
+  const uint64_t peer_bytes = (size_ - 1) * output.nbytes();
   std::vector<at::Tensor> device_outputs{output};
-  const int size = size_;
   return staged(
       work,
-      [device_outputs, host_output, host_input, reduction, size]() mutable {
-        copy_back(device_outputs, {host_output});
-        if (reduction.average) device_outputs[0].div_(size);
+      [device_outputs, outgoing, received, op, peer_bytes]() mutable {
+        add_link_time(device_outputs[0], peer_bytes, peer_bytes);
+        reduce_received_into(received, op, device_outputs[0]);
       },
-      device_outputs, c10d::OpType::_REDUCE_SCATTER_BASE);
+      device_outputs, type);
 }
 
 c10::intrusive_ptr<c10d::Work> SpyrecclBackend::alltoall_base(
@@ -426,15 +333,87 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::alltoall_base(
   check_spyre("all_to_all_single", output);
   at::Tensor host_input = stage_to_host(input);
   at::Tensor host_output = host_buffer_like(output);
+  std::vector<at::Tensor> device_outputs{output};
+  auto row_bytes = [](const at::Tensor& t) {
+    return t.dim() == 0 || t.size(0) == 0 ? uint64_t{0}
+                                          : t.nbytes() / t.size(0);
+  };
+  const uint64_t sent = input.dim() == 0
+                            ? 0
+                            : peer_split_bytes(input_split_sizes, input.size(0),
+                                               row_bytes(input), rank_, size_);
+  const uint64_t received =
+      output.dim() == 0 ? 0
+                        : peer_split_bytes(output_split_sizes, output.size(0),
+                                           row_bytes(output), rank_, size_);
+  // The transport takes the split vectors over (they are empty after).
   auto work = transport_->alltoall_base(
       host_output, host_input, output_split_sizes, input_split_sizes, opts);
-  std::vector<at::Tensor> device_outputs{output};
   return staged(
       work,
-      [device_outputs, host_output, host_input]() mutable {
+      [device_outputs, host_output, host_input, sent, received]() mutable {
+        add_link_time(device_outputs[0], sent, received);
         copy_back(device_outputs, {host_output});
       },
       device_outputs, c10d::OpType::ALLTOALL_BASE);
+}
+
+// The list form through the single-tensor one: every input flattened into
+// one host buffer, split by element counts, and the received pieces copied
+// into the outputs.
+c10::intrusive_ptr<c10d::Work> SpyrecclBackend::alltoall(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllToAllOptions& opts) {
+  TORCH_CHECK(static_cast<int>(inputs.size()) == size_ &&
+                  static_cast<int>(outputs.size()) == size_,
+              "spyreccl all_to_all: expected one input and one output per "
+              "rank (",
+              size_, "), got ", inputs.size(), " and ", outputs.size());
+  check_all_spyre("all_to_all", inputs);
+  check_all_spyre("all_to_all", outputs);
+  std::vector<int64_t> input_splits, output_splits;
+  std::vector<at::Tensor> flat_inputs;
+  for (const at::Tensor& input : inputs) {
+    TORCH_CHECK(input.scalar_type() == inputs[0].scalar_type(),
+                "spyreccl all_to_all: the inputs differ in dtype (",
+                inputs[0].scalar_type(), ", ", input.scalar_type(), ")");
+    input_splits.push_back(input.numel());
+    flat_inputs.push_back(input.reshape({-1}));
+  }
+  for (const at::Tensor& output : outputs) {
+    TORCH_CHECK(output.scalar_type() == inputs[0].scalar_type(),
+                "spyreccl all_to_all: an output is ", output.scalar_type(),
+                " but the inputs are ", inputs[0].scalar_type());
+    output_splits.push_back(output.numel());
+  }
+  at::Tensor host_input = stage_to_host(at::cat(flat_inputs));
+  int64_t received_elements = 0;
+  for (int64_t n : output_splits) received_elements += n;
+  at::Tensor host_output = at::empty({received_elements}, host_input.options());
+  const uint64_t element = inputs[0].element_size();
+  const uint64_t sent =
+      element * static_cast<uint64_t>(host_input.numel() - input_splits[rank_]);
+  const uint64_t received =
+      element * static_cast<uint64_t>(received_elements - output_splits[rank_]);
+  // The transport takes the split vectors over (they are empty after).
+  std::vector<int64_t> splits_out = output_splits;
+  auto work = transport_->alltoall_base(host_output, host_input, splits_out,
+                                        input_splits, opts);
+  return staged(
+      work,
+      [outputs, output_splits, host_output, host_input, sent,
+       received]() mutable {
+        add_link_time(outputs[0], sent, received);
+        std::vector<at::Tensor> pieces;
+        int64_t begin = 0;
+        for (size_t r = 0; r < outputs.size(); ++r) {
+          pieces.push_back(host_output.narrow(0, begin, output_splits[r])
+                               .view(outputs[r].sizes()));
+          begin += output_splits[r];
+        }
+        copy_back(outputs, pieces);
+      },
+      outputs, c10d::OpType::ALLTOALL);
 }
 
 c10::intrusive_ptr<c10d::Work> SpyrecclBackend::send(
@@ -444,7 +423,9 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::send(
   auto work = transport_->send(hosts, dst_rank, tag);
   // The lambda keeps the host buffer alive until the send completes.
   return staged(
-      work, [hosts] {}, tensors, c10d::OpType::SEND);
+      work,
+      [tensors, hosts] { add_link_time(tensors[0], tensors[0].nbytes(), 0); },
+      tensors, c10d::OpType::SEND);
 }
 
 c10::intrusive_ptr<c10d::Work> SpyrecclBackend::recv(
@@ -453,8 +434,12 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::recv(
   auto hosts = host_buffers_like(tensors);
   auto work = transport_->recv(hosts, src_rank, tag);
   return staged(
-      work, [tensors, hosts]() mutable { copy_back(tensors, hosts); }, tensors,
-      c10d::OpType::RECV);
+      work,
+      [tensors, hosts]() mutable {
+        add_link_time(tensors[0], 0, tensors[0].nbytes());
+        copy_back(tensors, hosts);
+      },
+      tensors, c10d::OpType::RECV);
 }
 
 c10::intrusive_ptr<c10d::Work> SpyrecclBackend::recvAnysource(
@@ -463,8 +448,12 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::recvAnysource(
   auto hosts = host_buffers_like(tensors);
   auto work = transport_->recvAnysource(hosts, tag);
   return staged(
-      work, [tensors, hosts]() mutable { copy_back(tensors, hosts); }, tensors,
-      c10d::OpType::RECVANYSOURCE);
+      work,
+      [tensors, hosts]() mutable {
+        add_link_time(tensors[0], 0, tensors[0].nbytes());
+        copy_back(tensors, hosts);
+      },
+      tensors, c10d::OpType::RECVANYSOURCE);
 }
 
 c10::intrusive_ptr<c10d::Work> SpyrecclBackend::barrier(

@@ -1,10 +1,14 @@
 // spyreccl: the torch.distributed (c10d) backend for spyre tensors.
 //
-// First version: every collective stages its spyre tensors through pinned
-// host buffers and runs on an inner transport backend (ProcessGroupGloo,
-// created in Python on the same store, rank and size, because the torch
-// wheel ships no gloo headers). Reductions therefore run on the host, in
-// gloo; only ReduceOp.AVG's final division runs on the device.
+// Every collective stages its spyre tensors through pinned host buffers and
+// moves them with an inner transport backend (ProcessGroupGloo, created in
+// Python on the same store, rank and size, because the torch wheel ships no
+// gloo headers). The transport only moves bytes: reductions combine the
+// ranks' contributions on the receiving device, as device programs on its
+// stream. The staging copies model no time; each collective adds the
+// modelled time of its traffic on the card-to-card link instead (the chip
+// would move the bytes card to card), shown in device_time_stats()' link
+// totals and in the profiler.
 //
 // Ordering: staging reads the spyre tensors with a blocking device-to-host
 // copy, which waits for the current stream's work that produces them. A
@@ -14,44 +18,14 @@
 #pragma once
 
 #include <functional>
-#include <mutex>
 #include <string>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
+#include "distributed/staged_work.h"
+
 namespace spyre::torch_glue::distributed {
-
-// Waits for a transport Work; its failure (a peer gone, a timeout) becomes
-// a DistBackendError that names spyreccl, the collective and the rank.
-void wait_for_transport(c10d::Work& work, const char* op, int rank,
-                        std::chrono::milliseconds timeout);
-
-// A transport Work plus the step that finishes the collective on the
-// device (copying host results back, dividing an average).
-class StagedWork : public c10d::Work {
- public:
-  StagedWork(c10::intrusive_ptr<c10d::Work> transport,
-             std::function<void()> finish, std::vector<at::Tensor> outputs,
-             int rank, c10d::OpType type);
-
-  bool wait(std::chrono::milliseconds timeout) override;
-  bool isCompleted() override;
-  bool isSuccess() const override;
-  std::exception_ptr exception() const override;
-  int sourceRank() const override;
-  std::vector<at::Tensor> result() override;
-  void synchronize() override;
-
- private:
-  void finish_once();
-
-  c10::intrusive_ptr<c10d::Work> transport_;
-  std::function<void()> finish_;
-  std::vector<at::Tensor> outputs_;
-  std::mutex finish_mutex_;
-  bool finished_ = false;
-};
 
 class SpyrecclBackend : public c10d::Backend {
  public:
@@ -96,6 +70,9 @@ class SpyrecclBackend : public c10d::Backend {
       std::vector<int64_t>& output_split_sizes,
       std::vector<int64_t>& input_split_sizes,
       const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
                                       int dst_rank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
@@ -110,6 +87,13 @@ class SpyrecclBackend : public c10d::Backend {
   // Raises, on every rank alike, when the ranks' tensors for `op` differ in
   // dtype or shape (one small host all-gather of their descriptions).
   void check_same_on_all_ranks(const char* op, const at::Tensor& tensor);
+  // The device half of both reduce-scatter forms: `staged_input` (on the
+  // host, one output's worth per rank) through a host all-to-all, then
+  // this rank's shares combined into `output` on its device.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_staged(at::Tensor staged_input,
+                                                       at::Tensor output,
+                                                       c10d::ReduceOp op,
+                                                       c10d::OpType type);
   c10::intrusive_ptr<c10d::Work> staged(c10::intrusive_ptr<c10d::Work> work,
                                         std::function<void()> finish,
                                         std::vector<at::Tensor> outputs,

@@ -23,6 +23,12 @@ class DeviceTimeTotals {
     stats_.copy_ns += ns;
     stats_.copy_bytes += bytes;
   }
+  void add_link(double ns, uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.link_transfers;
+    stats_.link_ns += ns;
+    stats_.link_bytes += bytes;
+  }
   DeviceTimeStats get() {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
@@ -76,6 +82,10 @@ void reset_device_time_stats() { device_time_totals().reset(); }
 
 void record_copy_time(double ns, uint64_t bytes) {
   device_time_totals().add_copy(ns, bytes);
+}
+
+void record_link_time(double ns, uint64_t bytes) {
+  device_time_totals().add_link(ns, bytes);
 }
 
 void record_finished_launch(c10::DeviceIndex device,

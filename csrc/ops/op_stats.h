@@ -44,11 +44,16 @@ struct DeviceTimeStats {
   uint64_t copies = 0;            // host<->device and device<->device
   double copy_ns = 0;             // modelled time of those copies
   uint64_t copy_bytes = 0;        // device bytes moved by them
+  uint64_t link_transfers = 0;    // card to card (peer copies, collectives)
+  double link_ns = 0;             // modelled time of those transfers
+  uint64_t link_bytes = 0;        // bytes each transfer put on the link
 };
 DeviceTimeStats device_time_stats();
 void reset_device_time_stats();
 // Called by copy work (on the stream's thread) once it ran.
 void record_copy_time(double ns, uint64_t bytes);
+// Called by card-to-card transfers once they ran.
+void record_link_time(double ns, uint64_t bytes);
 // Called by a launch (on the stream's thread) once it ran: the last-launch
 // figures of its device (torch.spyre.last_launch_stats()) and the totals.
 void record_finished_launch(c10::DeviceIndex device,

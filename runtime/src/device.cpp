@@ -77,4 +77,21 @@ double Device::copy_to_host_unpacked(DevicePtr src, uint64_t bytes,
   return ns;
 }
 
+double Device::copy_to_peer(Device& peer, DevicePtr dst, DevicePtr src,
+                            uint64_t bytes) {
+  if (bytes == 0) return 0;
+  const auto bounce = std::make_unique_for_overwrite<uint8_t[]>(
+      std::min(bytes, kCopyChunkBytes));
+  double ns = 0;
+  for_each_chunk(bytes, [&](uint64_t begin, uint64_t end) {
+    try {
+      ns += copy_to_host(bounce.get(), src + begin, end - begin);
+      ns += peer.copy_to_device(dst + begin, bounce.get(), end - begin);
+    } catch (const Error& error) {
+      rethrow_chunk_error(error, "copy_to_peer", src, bytes, begin, end);
+    }
+  });
+  return ns;
+}
+
 }  // namespace spyre::rt

@@ -183,10 +183,32 @@ def isend_irecv(dtype):
     assert_same(received, expected)
 
 
+def all_to_all(dtype):
+    """The list form (gloo's reference needs pieces of one shape)."""
+    cpu_in = [sample((2, 3), dtype, salt=r) for r in range(WORLD)]
+    cpu_out = [torch.empty(2, 3, dtype=dtype) for _ in range(WORLD)]
+    spyre_in = [t.to("spyre") for t in cpu_in]
+    spyre_out = [t.to("spyre") for t in cpu_out]
+    dist.all_to_all(spyre_out, spyre_in)
+    dist.all_to_all(cpu_out, cpu_in)
+    for s, c in zip(spyre_out, cpu_out):
+        assert_same(s, c)
+
+
+def all_to_all_pieces_of_other_shapes():
+    """Pieces of another shape per peer, which gloo's CPU list form refuses:
+    checked against what each rank sent (10 * sender + receiver)."""
+    sent = [torch.full((2 + r, 3), 10.0 * RANK + r, device="spyre") for r in range(WORLD)]
+    out = [torch.empty(2 + RANK, 3, device="spyre") for _ in range(WORLD)]
+    dist.all_to_all(out, sent)
+    for r, piece in enumerate(out):
+        assert_same(piece, torch.full((2 + RANK, 3), 10.0 * r + RANK))
+
+
 COLLECTIVES = [broadcast, reduce, all_gather, all_gather_into_tensor,
                reduce_scatter, reduce_scatter_tensor, gather, scatter,
-               all_to_all_single, all_to_all_single_uneven, send_recv,
-               isend_irecv]
+               all_to_all_single, all_to_all_single_uneven, all_to_all,
+               send_recv, isend_irecv]
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG,
               "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
               "product": dist.ReduceOp.PRODUCT}
@@ -306,10 +328,45 @@ def error_avg_of_integers():
                  "floating-point")
 
 
-def error_all_to_all_list():
-    x = [torch.ones(2, device="spyre") for _ in range(WORLD)]
+def error_all_to_all_list_length():
+    x = [torch.ones(2, device="spyre")]
     y = [torch.empty(2, device="spyre") for _ in range(WORLD)]
-    expect_error(lambda: dist.all_to_all(y, x), "spyreccl", "alltoall")
+    expect_error(lambda: dist.all_to_all(y, x), "spyreccl all_to_all",
+                 "one input and one output per rank")
+
+
+# ---- where the work runs and what it costs ------------------------------------
+
+def reductions_run_on_the_device():
+    """The transport only moves bytes: every reducing collective combines
+    the ranks' contributions with device programs, none on the CPU."""
+    for op in REDUCE_OPS.values():
+        spyre, cpu = both((4, 33), torch.float16, salt=5)
+        before = torch.spyre.op_stats()["launches"]
+        with torch.spyre.strict():
+            dist.all_reduce(spyre, op=op)
+            out = torch.empty(4, 33, dtype=torch.float16, device="spyre")
+            dist.reduce_scatter_tensor(out, torch.cat([spyre, spyre]), op=op)
+        torch.spyre.synchronize()
+        assert torch.spyre.op_stats()["launches"] > before, op
+
+
+def link_time_models_the_card_link():
+    """A collective's modelled time is its traffic on the card-to-card link
+    (the staging copies through the host model none), in the link totals."""
+    props = torch.spyre.get_device_properties()
+    x = torch.ones(1024, 256, device="spyre")  # 1 MiB
+    torch.spyre.synchronize()
+    torch.spyre.reset_device_time_stats()
+    dist.broadcast(x, src=0)
+    torch.spyre.synchronize()
+    stats = torch.spyre.device_time_stats()
+    # Two ranks: the root sends the tensor once, the other receives it once.
+    expected = props.card_link_latency_ns + x.nbytes / props.card_link_gb_per_s
+    assert stats["link_transfers"] == 1, stats
+    assert stats["link_bytes"] == x.nbytes, stats
+    assert abs(stats["link_ns"] - expected) < 1e-6 * expected, (stats, expected)
+    assert stats["copies"] == 0 and stats["copy_ns"] == 0, stats
 
 
 # ---- tensor-parallel MLP ----------------------------------------------------
@@ -373,7 +430,10 @@ def run_collectives():
                broadcast_into_row_slice, all_gather_into_views,
                all_reduce_of_device_computed_tensor, async_all_reduce_wait, barrier,
                error_cpu_tensor, error_shape_mismatch, error_dtype_mismatch,
-               error_avg_of_integers, error_all_to_all_list, tensor_parallel_mlp]:
+               error_avg_of_integers, error_all_to_all_list_length,
+               all_to_all_pieces_of_other_shapes,
+               reductions_run_on_the_device, link_time_models_the_card_link,
+               tensor_parallel_mlp]:
         check(fn.__name__, fn)
     dist.barrier()
     dist.destroy_process_group()

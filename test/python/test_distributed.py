@@ -23,14 +23,15 @@ DTYPES = ["float32", "float16", "bfloat16", "int64"]
 REDUCE_OPS = ["sum", "avg", "max", "min", "product"]
 COLLECTIVES = ["broadcast", "reduce", "all_gather", "all_gather_into_tensor",
                "reduce_scatter", "reduce_scatter_tensor", "gather", "scatter",
-               "all_to_all_single", "all_to_all_single_uneven", "send_recv",
-               "isend_irecv"]
+               "all_to_all_single", "all_to_all_single_uneven", "all_to_all",
+               "send_recv", "isend_irecv"]
 SINGLE_CHECKS = ["backend_name", "all_reduce_into_strided_view",
                  "all_reduce_into_transposed_view", "broadcast_into_row_slice",
                  "all_gather_into_views", "all_reduce_of_device_computed_tensor",
                  "async_all_reduce_wait", "barrier", "error_cpu_tensor",
                  "error_shape_mismatch", "error_dtype_mismatch", "error_avg_of_integers",
-                 "error_all_to_all_list", "tensor_parallel_mlp"]
+                 "error_all_to_all_list_length", "all_to_all_pieces_of_other_shapes", "reductions_run_on_the_device",
+                 "link_time_models_the_card_link", "tensor_parallel_mlp"]
 
 
 def all_check_names():

@@ -152,5 +152,30 @@ TEST(PackedCopy, DefaultOverrunFailsBeforeWritingAndSaysWhatToDo) {
   device.free(ptr);
 }
 
+TEST(PeerCopy, DefaultBouncesEveryChunkThroughTheHost) {
+  FakeDevice from(64ull << 20), to(64ull << 20);
+  const uint64_t bytes = kChunk + 128 * 5 + 3;
+  const DevicePtr src = from.allocate(bytes);
+  const DevicePtr dst = to.allocate(bytes);
+  std::vector<uint8_t> image(bytes);
+  for (uint64_t i = 0; i < bytes; ++i) image[i] = pattern(i);
+  from.copy_to_device(src, image.data(), bytes);
+  // One device-to-host and one host-to-device copy per byte: 2 ns a byte.
+  EXPECT_DOUBLE_EQ(from.copy_to_peer(to, dst, src, bytes), 2.0 * bytes);
+  std::vector<uint8_t> back(bytes);
+  to.copy_to_host(back.data(), dst, bytes);
+  EXPECT_EQ(back, image);
+  EXPECT_EQ(from.copy_to_peer(to, dst, src, 0), 0.0);
+
+  const Error error =
+      error_of([&] { from.copy_to_peer(to, dst + 128, src, bytes); });
+  EXPECT_EQ(error.code(), ErrorCode::kDeviceError);
+  EXPECT_NE(std::string(error.what()).find("copy_to_peer of"),
+            std::string::npos)
+      << error.what();
+  from.free(src);
+  to.free(dst);
+}
+
 }  // namespace
 }  // namespace spyre::rt::testing

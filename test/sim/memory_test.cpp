@@ -143,6 +143,30 @@ TEST(SimMemory, CopyTimesFollowTheHostLink) {
   device->free(p);
 }
 
+TEST(SimMemory, PeerCopiesMoveBytesCardToCardAtTheLinkRate) {
+  auto from = make_sim_device(0, 1ull << 30);
+  auto to = make_sim_device(1, 1ull << 30);
+  const uint64_t bytes = (8ull << 20) + 384;
+  const rt::DevicePtr src = from->allocate(bytes);
+  const rt::DevicePtr dst = to->allocate(bytes);
+  std::vector<uint8_t> image(bytes);
+  for (uint64_t i = 0; i < bytes; ++i) image[i] = static_cast<uint8_t>(i * 13);
+  from->copy_to_device(src, image.data(), bytes);
+  const double ns = from->copy_to_peer(*to, dst, src, bytes);
+  const rt::CostTable& t = kTimingTable;
+  EXPECT_DOUBLE_EQ(ns, t.card_link_latency_ns +
+                           static_cast<double>(bytes) / t.card_link_gb_per_s);
+  // One transfer over the link: cheaper than a bounce through the host.
+  EXPECT_LT(ns, 2 * from->copy_to_host(image.data(), src, bytes));
+  std::vector<uint8_t> back(bytes);
+  to->copy_to_host(back.data(), dst, bytes);
+  EXPECT_EQ(back, image);
+  EXPECT_EQ(code_of([&] { from->copy_to_peer(*to, dst + 4096, src, bytes); }),
+            rt::ErrorCode::kDeviceError);
+  from->free(src);
+  to->free(dst);
+}
+
 TEST(SimMemoryDeathTest, HostDereferenceOfADeviceAddressFaults) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   auto device = small_device();

@@ -64,8 +64,19 @@ struct CostTable {
   double host_copy_latency_ns = 0;
   double device_copy_latency_ns = 0;
 
+  // Card-to-card link (peer copies, collectives between cards): rate per
+  // direction, full duplex, and a fixed cost per transfer.
+  double card_link_gb_per_s = 0;
+  double card_link_latency_ns = 0;
+
   // Device-memory bytes the whole chip moves per core cycle.
   double dram_bytes_per_cycle() const { return dram_gb_per_s / clock_ghz; }
+  // Modelled time of one card-to-card transfer of `bytes`. The link is full
+  // duplex: a card that sends and receives at once pays for the larger side.
+  double card_link_ns(uint64_t bytes) const {
+    return card_link_latency_ns +
+           static_cast<double>(bytes) / card_link_gb_per_s;
+  }
 };
 
 struct ChipFigures {

@@ -122,6 +122,15 @@ class Device {
   virtual double copy_to_host_unpacked(DevicePtr src, uint64_t bytes,
                                        const ChunkReader& read);
 
+  // Copies `bytes` from `src` on this device to `dst` on `peer` (another
+  // device of the same backend) over the card-to-card link; returns the
+  // modelled time in ns. The default works for any backend: it bounces
+  // through host memory in kCopyChunkBytes pieces (a device-to-host plus a
+  // host-to-device copy each, their times summed). A backend whose cards
+  // reach each other directly overrides it with one peer transfer.
+  virtual double copy_to_peer(Device& peer, DevicePtr dst, DevicePtr src,
+                              uint64_t bytes);
+
   // Program load: build everything a launch needs, once. The program is
   // already validated; `plan` numbers its device accesses (see patcher.h).
   virtual std::unique_ptr<Executable> prepare(const Program& program,

@@ -14,7 +14,7 @@
 namespace spyre::sim {
 
 inline constexpr rt::CostTable kTimingTable{
-    .version = "sim-timing-2",
+    .version = "sim-timing-3",
 
     // Core clock. Estimate, derived (HW: "Derived estimate"): 1536 MAC/ns per
     // core peak (HW: matrix product row) over ~1024 MAC/cycle per core gives
@@ -120,6 +120,14 @@ inline constexpr rt::CostTable kTimingTable{
     // On-device copy / fill: read + write through the DRAM server
     // (HW: device memory bandwidth row) plus an estimated 1 us setup.
     .device_copy_latency_ns = 1000,
+
+    // Card to card: peer DMA over each card's PCIe Gen5 x16 link (HW:
+    // "Between cards": card-to-card traffic goes over PCIe). Estimate: the
+    // host link's effective rate, since both ends are such a link.
+    .card_link_gb_per_s = 52,
+    // Per transfer: estimate, one descriptor and doorbell on the sending
+    // card, the completion crossing the switch back, ~3 us.
+    .card_link_latency_ns = 3000,
 };
 
 // The modelled chip: what DeviceProperties::chip of every emulated device
