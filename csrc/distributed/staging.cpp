@@ -1,15 +1,15 @@
 #include "distributed/staging.h"
 
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/amax.h>
-#include <ATen/ops/amin.h>
+#include <ATen/ops/add.h>
 #include <ATen/ops/bitwise_and.h>
 #include <ATen/ops/bitwise_or.h>
 #include <ATen/ops/bitwise_xor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/mean.h>
-#include <ATen/ops/prod.h>
-#include <ATen/ops/sum.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/maximum.h>
+#include <ATen/ops/minimum.h>
+#include <ATen/ops/mul.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -122,44 +122,57 @@ uint64_t peer_split_bytes(const std::vector<int64_t>& splits,
 
 namespace {
 
-// Combines the ranks' contributions `parts` [ranks, *shape] (on the device)
-// along dim 0, in rank order, into `out`. Every rank combines the same
-// parts in the same order, so all ranks get the same bits.
-void reduce_parts_into(const at::Tensor& parts, c10d::ReduceOp op,
-                       at::Tensor& out) {
-  at::Tensor result;
+// a op b, written into `out`: one elementwise device program.
+void combine_into(c10d::ReduceOp op, const at::Tensor& a, const at::Tensor& b,
+                  at::Tensor& out) {
   switch (op) {
     case c10d::ReduceOp::SUM:
-      result = at::sum(parts, 0, /*keepdim=*/false, out.scalar_type());
-      break;
     case c10d::ReduceOp::AVG:
-      result = at::mean(parts, 0);
-      break;
+      at::add_out(out, a, b);
+      return;
     case c10d::ReduceOp::MAX:
-      result = at::amax(parts, 0);
-      break;
+      at::maximum_out(out, a, b);
+      return;
     case c10d::ReduceOp::MIN:
-      result = at::amin(parts, 0);
-      break;
+      at::minimum_out(out, a, b);
+      return;
     case c10d::ReduceOp::PRODUCT:
-      result = at::prod(parts, 0, /*keepdim=*/false, out.scalar_type());
-      break;
+      at::mul_out(out, a, b);
+      return;
     case c10d::ReduceOp::BAND:
+      at::bitwise_and_out(out, a, b);
+      return;
     case c10d::ReduceOp::BOR:
+      at::bitwise_or_out(out, a, b);
+      return;
     case c10d::ReduceOp::BXOR:
-      result = parts[0];
-      for (int64_t r = 1; r < parts.size(0); ++r) {
-        result = op == c10d::ReduceOp::BAND ? at::bitwise_and(result, parts[r])
-                 : op == c10d::ReduceOp::BOR
-                     ? at::bitwise_or(result, parts[r])
-                     : at::bitwise_xor(result, parts[r]);
-      }
-      break;
+      at::bitwise_xor_out(out, a, b);
+      return;
     default:
       TORCH_CHECK(false, "spyreccl: unsupported reduce op ",
                   static_cast<int>(op));
   }
-  out.copy_(result);
+}
+
+// Combines the ranks' contributions `parts` [ranks, *shape] (on the device)
+// into `out`, folding in rank order with one elementwise program per rank
+// (the last writes `out` itself), as gloo folds on the CPU: every rank
+// combines the same parts in the same order, so all ranks get the same
+// bits, and a 16-bit sum rounds once per rank as gloo's does.
+void reduce_parts_into(const at::Tensor& parts, c10d::ReduceOp op,
+                       at::Tensor& out) {
+  const int64_t ranks = parts.size(0);
+  if (ranks == 1) {
+    out.copy_(parts[0]);
+    return;
+  }
+  at::Tensor folded = parts[0];
+  for (int64_t r = 1; r < ranks; ++r) {
+    at::Tensor into = r + 1 == ranks ? out : at::empty_like(parts[0]);
+    combine_into(op, folded, parts[r], into);
+    folded = into;
+  }
+  if (op == c10d::ReduceOp::AVG) out.div_(ranks);
 }
 
 }  // namespace

@@ -347,6 +347,8 @@ def reductions_run_on_the_device():
             dist.all_reduce(spyre, op=op)
             out = torch.empty(4, 33, dtype=torch.float16, device="spyre")
             dist.reduce_scatter_tensor(out, torch.cat([spyre, spyre]), op=op)
+            base = torch.zeros(6, 40, dtype=torch.float16, device="spyre")
+            dist.all_reduce(base[1:5, 2:35], op=op)  # into a view
         torch.spyre.synchronize()
         assert torch.spyre.op_stats()["launches"] > before, op
 
