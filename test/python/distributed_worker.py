@@ -371,7 +371,23 @@ def link_time_models_the_card_link():
     assert stats["copies"] == 0 and stats["copy_ns"] == 0, stats
 
 
-# ---- tensor-parallel MLP ----------------------------------------------------
+def profiler_shows_link_time():
+    """The card-link time of a collective is device time in the profiler,
+    under its own range."""
+    x = torch.ones(512, 256, device="spyre")
+    torch.spyre.synchronize()
+    torch.spyre.reset_device_time_stats()
+    with torch.autograd.profiler.profile(use_device="spyre", use_kineto=False) as prof:
+        dist.all_reduce(x)
+        torch.spyre.synchronize()
+    stats = torch.spyre.device_time_stats()
+    rows = {e.key: e for e in prof.key_averages()}
+    assert "spyre::card_link" in rows, sorted(rows)
+    # The profiler keeps whole microseconds.
+    assert abs(rows["spyre::card_link"].device_time_total - stats["link_ns"] / 1000) <= 1
+
+
+# ---- tensor-parallel MLP and attention ---------------------------------------
 
 def tensor_parallel_mlp():
     g = torch.Generator().manual_seed(7)  # the same weights on every rank
@@ -396,6 +412,38 @@ def tensor_parallel_mlp():
     assert split.device.type == "spyre"
     torch.testing.assert_close(split.cpu(), full.cpu(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(split.cpu(), mlp(x, w1, b1, w2) + b2, rtol=1e-4, atol=1e-4)
+
+
+def tensor_parallel_attention():
+    """Megatron-style: each rank holds half of the heads (columns of the
+    q/k/v projections, rows of the output projection); the partial outputs
+    are all-reduced. Equal to the whole block on one card and on the CPU."""
+    g = torch.Generator().manual_seed(11)  # the same weights on every rank
+    batch, seq, heads, head_dim = 2, 6, 4, 8
+    hidden = heads * head_dim
+    x = torch.randn(batch, seq, hidden, generator=g)
+    wq, wk, wv, wo = (torch.randn(hidden, hidden, generator=g) / hidden ** 0.5
+                      for _ in range(4))
+
+    def attention(x, wq, wk, wv, wo, n_heads):
+        def split(t):
+            return t.view(batch, seq, n_heads, head_dim).transpose(1, 2)
+        q, k, v = (split(torch.nn.functional.linear(x, w)) for w in (wq, wk, wv))
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return torch.nn.functional.linear(o.transpose(1, 2).reshape(batch, seq, -1), wo)
+
+    def on(device, *tensors):
+        return [t.to(device) for t in tensors]
+
+    whole = attention(*on("spyre", x, wq, wk, wv, wo), heads)
+    mine = slice(RANK * hidden // WORLD, (RANK + 1) * hidden // WORLD)
+    partial = attention(*on("spyre", x, wq[mine], wk[mine], wv[mine], wo[:, mine]),
+                        heads // WORLD)
+    dist.all_reduce(partial)
+    assert partial.device.type == "spyre"
+    torch.testing.assert_close(partial.cpu(), whole.cpu(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(partial.cpu(), attention(x, wq, wk, wv, wo, heads),
+                               rtol=1e-4, atol=1e-4)
 
 
 def plain_init_process_group():
@@ -435,7 +483,8 @@ def run_collectives():
                error_avg_of_integers, error_all_to_all_list_length,
                all_to_all_pieces_of_other_shapes,
                reductions_run_on_the_device, link_time_models_the_card_link,
-               tensor_parallel_mlp]:
+               profiler_shows_link_time, tensor_parallel_mlp,
+               tensor_parallel_attention]:
         check(fn.__name__, fn)
     dist.barrier()
     dist.destroy_process_group()
