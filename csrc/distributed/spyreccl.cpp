@@ -211,6 +211,7 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::gather(
   std::vector<at::Tensor> device_outputs =
       outputs.empty() ? std::vector<at::Tensor>() : outputs[0];
   check_all_spyre("gather", device_outputs);
+  check_same_on_all_ranks("gather", inputs[0]);
   auto host_inputs = stage_all_to_host(inputs);
   std::vector<std::vector<at::Tensor>> host_outputs;
   if (!outputs.empty())
@@ -235,6 +236,7 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::scatter(
     std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
   check_one_tensor("scatter", outputs);
+  check_same_on_all_ranks("scatter", outputs[0]);
   // Only the root passes an input list.
   std::vector<std::vector<at::Tensor>> host_inputs;
   if (!inputs.empty()) {

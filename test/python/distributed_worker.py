@@ -322,6 +322,13 @@ def error_dtype_mismatch():
                  "rank 1's tensor is Half [4]")
 
 
+def error_gather_shape_mismatch():
+    x = torch.ones(2, 3 + RANK, device="spyre")
+    out = [torch.empty(2, 3, device="spyre") for _ in range(WORLD)] if RANK == 0 else None
+    expect_error(lambda: dist.gather(x, out, dst=0), "spyreccl gather",
+                 "rank 1's tensor is Float [2, 4]")
+
+
 def error_avg_of_integers():
     x = torch.ones(4, dtype=torch.int64, device="spyre")
     expect_error(lambda: dist.all_reduce(x, op=dist.ReduceOp.AVG), "ReduceOp.AVG",
@@ -480,7 +487,8 @@ def run_collectives():
                broadcast_into_row_slice, all_gather_into_views,
                all_reduce_of_device_computed_tensor, async_all_reduce_wait, barrier,
                error_cpu_tensor, error_shape_mismatch, error_dtype_mismatch,
-               error_avg_of_integers, error_all_to_all_list_length,
+               error_avg_of_integers, error_gather_shape_mismatch,
+               error_all_to_all_list_length,
                all_to_all_pieces_of_other_shapes,
                reductions_run_on_the_device, link_time_models_the_card_link,
                profiler_shows_link_time, tensor_parallel_mlp,

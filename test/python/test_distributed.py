@@ -30,7 +30,7 @@ SINGLE_CHECKS = ["backend_name", "all_reduce_into_strided_view",
                  "all_gather_into_views", "all_reduce_of_device_computed_tensor",
                  "async_all_reduce_wait", "barrier", "error_cpu_tensor",
                  "error_shape_mismatch", "error_dtype_mismatch", "error_avg_of_integers",
-                 "error_all_to_all_list_length", "all_to_all_pieces_of_other_shapes", "reductions_run_on_the_device",
+                 "error_gather_shape_mismatch", "error_all_to_all_list_length", "all_to_all_pieces_of_other_shapes", "reductions_run_on_the_device",
                  "link_time_models_the_card_link", "profiler_shows_link_time",
                  "tensor_parallel_mlp", "tensor_parallel_attention"]
 
