@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ops/elementwise_steps.h"
 #include "ops/launch.h"
 
 namespace spyre::torch_glue::ops {
@@ -145,9 +146,21 @@ std::vector<int64_t> broadcast_shape(const std::vector<at::Tensor>& indices) {
 }
 
 // A negative index counts from the end of a dim of `size`, as in Python;
-// others are kept (out-of-range ones are the caller's to refuse).
+// others are kept (out-of-range ones are the caller's to refuse). One
+// elementwise launch (a KV-cache write per layer and token pays it).
 at::Tensor counted_from_the_end(const at::Tensor& index, int64_t size) {
-  return at::where(at::lt(index, 0), at::add(index, size), index);
+  Operands ops;
+  ops.common = index.scalar_type();
+  const rt::DType dtype = compute_dtype(ops.common);
+  const Operands::Value x = ops.add(index);
+  const int negative =
+      ops.binary(rt::VecOp::kLt, x, {-1, 0.0}, rt::DType::kBool);
+  const int shifted =
+      ops.binary(rt::VecOp::kAdd, x, {-1, static_cast<double>(size)}, dtype);
+  ops.push(kernels::select_step(negative, shifted, x.id, dtype));
+  at::Tensor wrapped = at::empty_like(index);
+  run_steps("index_from_the_end", ops, wrapped);
+  return wrapped;
 }
 
 // One row index into the indexed dims flattened in order (row-major), in
