@@ -102,14 +102,15 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::broadcast(
       tensors, c10d::OpType::BROADCAST);
 }
 
-// Every rank receives every other rank's tensor (one host all-gather) and
-// combines them on its device. For two cards that is a ring's traffic; for
-// more, a ring's reduce-scatter and all-gather would move less.
+// Two ranks: each receives the other's tensor (one host all-gather) and
+// combines both on its device, a ring's traffic in one exchange that
+// completes asynchronously. More ranks: allreduce_in_shards.
 c10::intrusive_ptr<c10d::Work> SpyrecclBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   check_one_tensor("all_reduce", tensors);
   check_reduction("all_reduce", opts.reduceOp, tensors[0]);
   check_same_on_all_ranks("all_reduce", tensors[0]);
+  if (size_ > 2) return allreduce_in_shards(tensors[0], opts.reduceOp);
   // Flat, because the transport splits its output along dim 0.
   at::Tensor mine = stage_to_host(tensors[0]).reshape({-1});
   at::Tensor received = at::empty({size_ * mine.numel()}, mine.options());
@@ -124,6 +125,44 @@ c10::intrusive_ptr<c10d::Work> SpyrecclBackend::allreduce(
         reduce_received_into(received, op, tensors[0]);
       },
       tensors, c10d::OpType::ALLREDUCE);
+}
+
+// A reduce-scatter and an all-gather, each card receiving 2(P-1)/P of the
+// tensor as in a ring: one host all-to-all brings each rank its shard of
+// every rank's tensor, its device folds them, and one host all-gather
+// spreads the folded shards. The first half completes before the call
+// returns (the device fold must run between the two exchanges, and every
+// rank must issue its transport calls in the same order).
+c10::intrusive_ptr<c10d::Work> SpyrecclBackend::allreduce_in_shards(
+    at::Tensor tensor, c10d::ReduceOp op) {
+  const int64_t numel = tensor.numel();
+  const int64_t shard = (numel + size_ - 1) / size_;
+  const at::TensorOptions host =
+      tensor.options().device(at::kCPU).pinned_memory(true);
+  // Zero padding up to whole shards: folded too, never copied back.
+  at::Tensor outgoing = stage_flat_padded_to_host(tensor, size_ * shard);
+  at::Tensor received = at::empty({size_ * shard}, host);
+  std::vector<int64_t> even_splits;
+  auto exchange = transport_->alltoall_base(
+      received, outgoing, even_splits, even_splits, c10d::AllToAllOptions());
+  wait_for_transport(*exchange, "all_reduce", rank_, kNoTimeout);
+  const uint64_t peer_bytes = (size_ - 1) * shard * tensor.element_size();
+  add_link_time(tensor, peer_bytes, peer_bytes);
+  at::Tensor folded = at::empty({shard}, tensor.options());
+  reduce_received_into(received, op, folded);
+  at::Tensor folded_host = stage_to_host(folded);
+  at::Tensor gathered = at::empty({size_ * shard}, host);
+  auto work = transport_->_allgather_base(gathered, folded_host,
+                                          c10d::AllgatherOptions());
+  std::vector<at::Tensor> outputs{tensor};
+  return staged(
+      work,
+      [outputs, gathered, folded_host, numel, peer_bytes]() mutable {
+        add_link_time(outputs[0], peer_bytes, peer_bytes);
+        copy_back(outputs,
+                  {gathered.narrow(0, 0, numel).view(outputs[0].sizes())});
+      },
+      outputs, c10d::OpType::ALLREDUCE);
 }
 
 // The root receives every rank's tensor (one host gather) and combines them

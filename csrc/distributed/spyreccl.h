@@ -87,6 +87,9 @@ class SpyrecclBackend : public c10d::Backend {
   // Raises, on every rank alike, when the ranks' tensors for `op` differ in
   // dtype or shape (one small host all-gather of their descriptions).
   void check_same_on_all_ranks(const char* op, const at::Tensor& tensor);
+  // all_reduce over more than two ranks (see spyreccl.cpp).
+  c10::intrusive_ptr<c10d::Work> allreduce_in_shards(at::Tensor tensor,
+                                                     c10d::ReduceOp op);
   // The device half of both reduce-scatter forms: `staged_input` (on the
   // host, one output's worth per rank) through a host all-to-all, then
   // this rank's shares combined into `output` on its device.

@@ -10,6 +10,7 @@
 #include <ATen/ops/maximum.h>
 #include <ATen/ops/minimum.h>
 #include <ATen/ops/mul.h>
+#include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -57,6 +58,15 @@ at::Tensor stage_to_host(const at::Tensor& tensor) {
   at::Tensor host = host_buffer_like(tensor);
   const CardLinkStaging staging;
   host.copy_(tensor);
+  return host;
+}
+
+at::Tensor stage_flat_padded_to_host(const at::Tensor& tensor,
+                                     int64_t elements) {
+  at::Tensor host = at::zeros(
+      {elements}, tensor.options().device(at::kCPU).pinned_memory(true));
+  const CardLinkStaging staging;
+  host.narrow(0, 0, tensor.numel()).view(tensor.sizes()).copy_(tensor);
   return host;
 }
 

@@ -30,6 +30,10 @@ std::vector<at::Tensor> host_buffers_like(
 at::Tensor stage_to_host(const at::Tensor& tensor);
 std::vector<at::Tensor> stage_all_to_host(
     const std::vector<at::Tensor>& tensors);
+// `tensor` flattened into a buffer of `elements` (at least its numel),
+// zeros after it.
+at::Tensor stage_flat_padded_to_host(const at::Tensor& tensor,
+                                     int64_t elements);
 // Same-shaped tensors stacked into one buffer [tensors.size(), *shape].
 at::Tensor stage_stacked_to_host(const std::vector<at::Tensor>& tensors);
 // hosts[i] into devices[i], through the device tensors' strides.

@@ -527,6 +527,39 @@ def run_with_failing_peer(how):
     check(f"peer_{how}", rank0_all_reduce_fails_in_time)
 
 
+def all_reduce_link_time_in_shards():
+    """Each card sends and receives (P-1)/P of the tensor twice."""
+    props = torch.spyre.get_device_properties()
+    x = torch.ones(1000, 64, device="spyre")
+    torch.spyre.synchronize()
+    torch.spyre.reset_device_time_stats()
+    dist.all_reduce(x)
+    torch.spyre.synchronize()
+    stats = torch.spyre.device_time_stats()
+    shard_bytes = -(-x.numel() // WORLD) * x.element_size()
+    bytes_each = (WORLD - 1) * shard_bytes
+    assert stats["link_transfers"] == 2, stats
+    assert stats["link_bytes"] == 2 * bytes_each, stats
+    expected = 2 * (props.card_link_latency_ns + bytes_each / props.card_link_gb_per_s)
+    assert abs(stats["link_ns"] - expected) < 1e-6 * expected, (stats, expected)
+    assert_same(x, torch.full((1000, 64), float(WORLD)))
+
+
+def run_four_ranks():
+    dist.init_process_group("cpu:gloo,spyre:spyreccl",
+                            timeout=datetime.timedelta(seconds=60))
+    for dtype_name in ["float32", "float16", "int64"]:
+        dtype = DTYPES[dtype_name]
+        for op_name, op in REDUCE_OPS.items():
+            if op_name == "avg" and not dtype.is_floating_point:
+                continue
+            check(f"all_reduce[{op_name}-{dtype_name}]", lambda: all_reduce(dtype, op))
+    check("all_reduce_into_strided_view", all_reduce_into_strided_view)
+    check("all_reduce_link_time_in_shards", all_reduce_link_time_in_shards)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def write_results():
     path = os.path.join(os.environ["SPYRECCL_RESULTS_DIR"], f"rank{RANK}.json")
     with open(path, "w") as out:
@@ -537,6 +570,8 @@ def main(mode):
     torch.spyre.set_device(int(os.environ["LOCAL_RANK"]) % torch.spyre.device_count())
     if mode == "collectives":
         run_collectives()
+    elif mode == "four_ranks":
+        run_four_ranks()
     elif mode == "plain":
         check("plain_init_process_group", plain_init_process_group)
     else:

@@ -48,7 +48,7 @@ def source_root():
     return str(Path(torch_spyre.__file__).resolve().parent.parent)
 
 
-def run_worker(mode, results):
+def run_worker(mode, results, ranks=RANKS):
     """Runs distributed_worker.py under torchrun; returns each rank's verdicts."""
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch was built without distributed/gloo")
@@ -56,16 +56,16 @@ def run_worker(mode, results):
     env.update({
         "SPYRECCL_RESULTS_DIR": str(results),
         "GLOO_SOCKET_IFNAME": "lo",
-        "SPYRE_SIM_DEVICES": "2",
+        "SPYRE_SIM_DEVICES": str(ranks),
         "PYTHONPATH": os.pathsep.join(filter(None, [source_root(), env.get("PYTHONPATH")])),
     })
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={RANKS}", str(WORKER), mode]
+               f"--nproc-per-node={ranks}", str(WORKER), mode]
     run = subprocess.run(command, env=env, capture_output=True, text=True,
                          timeout=TIMEOUT_S)
     assert run.returncode == 0, f"torchrun failed:\n{run.stdout}\n{run.stderr[-6000:]}"
     per_rank = []
-    for rank in range(RANKS):
+    for rank in range(ranks):
         with open(results / f"rank{rank}.json") as f:
             per_rank.append(json.load(f))
     return per_rank
@@ -97,3 +97,18 @@ def test_a_failing_peer_makes_rank0_raise_within_the_timeout(tmp_path, how):
     rank0, rank1 = run_worker(how, tmp_path)
     assert rank0 == {f"peer_{how}": "ok"}, rank0.get(f"peer_{how}")
     assert rank1 == {}
+
+
+FOUR_RANK_CHECKS = [f"all_reduce[{op}-{dtype}]" for dtype in ["float32", "float16", "int64"]
+                    for op in REDUCE_OPS if not (op == "avg" and dtype == "int64")]
+FOUR_RANK_CHECKS += ["all_reduce_into_strided_view", "all_reduce_link_time_in_shards"]
+
+
+def test_four_ranks_all_reduce_in_shards_matches_gloo(tmp_path):
+    """More than two ranks take the sharded all_reduce (a reduce-scatter and
+    an all-gather, a ring's traffic)."""
+    per_rank = run_worker("four_ranks", tmp_path, ranks=4)
+    for rank, rank_verdicts in enumerate(per_rank):
+        assert sorted(rank_verdicts) == sorted(FOUR_RANK_CHECKS), rank
+        for name, verdict in rank_verdicts.items():
+            assert verdict == "ok", f"rank {rank} {name}:\n{verdict}"
