@@ -36,14 +36,23 @@ TileRef bind_tile(std::span<uint8_t> spad, const rt::Tile& tile, uint32_t rows,
 
 [[noreturn]] void device_error(const std::string& message);
 
-// Float to integer as PyTorch's CPU casts do for in-range values: truncation
-// toward zero. Values C++ leaves undefined are pinned: NaN -> 0, beyond the
-// int64 range -> the nearest int64 limit.
+// Float to integer as PyTorch's CPU casts do, the reference results are
+// compared with: truncation toward zero. C++ leaves NaN and values outside
+// the target's range undefined; on x86 (cvttss2si) they give the "integer
+// indefinite", the target's minimum, and the CPU's narrower casts (int8,
+// uint8) go through int32 and keep its low bits. So 1e10 becomes INT32_MIN
+// as int32 and 0 as int8, and 300.7 becomes 44 as int8.
 inline int64_t truncate_to_int64(float x) {
-  if (x != x) return 0;
-  if (x >= 9.2233720368547758e18f) return std::numeric_limits<int64_t>::max();
-  if (x < -9.2233720368547758e18f) return std::numeric_limits<int64_t>::min();
+  if (!(x >= -9.2233720368547758e18f && x < 9.2233720368547758e18f)) {
+    return std::numeric_limits<int64_t>::min();
+  }
   return static_cast<int64_t>(x);
+}
+inline int32_t truncate_to_int32(float x) {
+  if (!(x >= -2147483648.0f && x < 2147483648.0f)) {
+    return std::numeric_limits<int32_t>::min();
+  }
+  return static_cast<int32_t>(x);
 }
 
 template <typename T>
@@ -131,7 +140,8 @@ inline void store_int(uint8_t* p, rt::DType t, int64_t v) {
 }
 
 // Stores an fp32 value rounded once to nearest-even for 16-bit floats; into
-// integers it truncates (see truncate_to_int64), into bool it tests != 0.
+// integers it truncates as the CPU does (int64 directly, narrower integers
+// through int32: see truncate_to_int64), into bool it tests != 0.
 inline void store_float(uint8_t* p, rt::DType t, float v) {
   using rt::DType;
   switch (t) {
@@ -147,8 +157,11 @@ inline void store_float(uint8_t* p, rt::DType t, float v) {
     case DType::kBool:
       *p = v != 0.0f;
       return;
-    default:
+    case DType::kInt64:
       store_int(p, t, truncate_to_int64(v));
+      return;
+    default:
+      store_int(p, t, truncate_to_int32(v));
       return;
   }
 }
