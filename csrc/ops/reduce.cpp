@@ -153,50 +153,66 @@ int64_t count_of(const at::Tensor& x, const std::vector<int64_t>& dims) {
   return n;
 }
 
+// The reduction of a non-empty `self` over `dims`, each result scaled by
+// `factor`, in the shape without those dims. Size-1 dims take no part (and
+// would leave results whose last dim is not along sticks): the squeezed
+// tensor is reduced and the result viewed back.
+at::Tensor reduce_nonempty(const at::Tensor& self,
+                           const std::vector<int64_t>& dims, ReduceOp op,
+                           at::ScalarType dtype, double factor) {
+  const std::vector<int64_t> shape = shape_without(self, dims);
+  std::vector<int64_t> kept_sizes, squeezed_dims;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (self.size(d) == 1) continue;
+    if (std::find(dims.begin(), dims.end(), d) != dims.end()) {
+      squeezed_dims.push_back(static_cast<int64_t>(kept_sizes.size()));
+    }
+    kept_sizes.push_back(self.size(d));
+  }
+  const at::Tensor squeezed = self.reshape(kept_sizes);
+  if (!squeezed_dims.empty()) {
+    return reduce_dims(squeezed, squeezed_dims, op, dtype, factor)
+        .reshape(shape);
+  }
+  // Only size-1 dims reduced: each result is its one element.
+  if (kernels::is_arg_reduction(op)) {
+    return at::empty(shape, self.options().dtype(dtype)).zero_();
+  }
+  return (factor != 1.0 ? squeezed.mul(factor) : squeezed)
+      .to(dtype)
+      .reshape(shape);
+}
+
 // The reduction of an op with an identity (sum, prod, mean) or none.
 at::Tensor reduce(const at::Tensor& self, at::OptionalIntArrayRef dim,
                   bool keepdim, ReduceOp op, at::ScalarType dtype, bool mean,
                   const char* name) {
   const std::vector<int64_t> dims = reduced_dims(self, dim);
-  const std::vector<int64_t> shape = shape_without(self, dims);
   const int64_t count = count_of(self, dims);
   at::Tensor result;
-  const auto options = self.options().dtype(dtype).memory_format(std::nullopt);
   if (count == 0 || self.numel() == 0) {
-    TORCH_CHECK(op == ReduceOp::kSum || op == ReduceOp::kProd || count != 0,
-                name,
+    const bool has_identity = op == ReduceOp::kSum || op == ReduceOp::kProd;
+    const bool dims_named = dim.has_value() && !dim->empty();
+    TORCH_CHECK(has_identity || count != 0 || dims_named, name,
                 "(): Expected reduction dim to be specified for "
                 "input.numel() == 0. Specify the reduction dim with the 'dim' "
                 "argument.");
-    result = at::empty(shape, options);
+    // As the CPU: an IndexError naming the first empty reduced dim.
+    for (int64_t d : dims) {
+      TORCH_CHECK_INDEX(has_identity || self.dim() == 0 || self.size(d) != 0,
+                        name, "(): Expected reduction dim ", d,
+                        " to have non-zero size.");
+    }
+    const auto options =
+        self.options().dtype(dtype).memory_format(std::nullopt);
+    result = at::empty(shape_without(self, dims), options);
     if (result.numel() > 0) {
       result.fill_(mean ? std::numeric_limits<double>::quiet_NaN()
                         : (op == ReduceOp::kProd ? 1.0 : 0.0));
     }
   } else {
-    // Size-1 dims take no part (and would leave results whose last dim is
-    // not along sticks): reduce the squeezed tensor, view the result back.
-    std::vector<int64_t> kept_sizes, squeezed_dims;
-    for (int64_t d = 0; d < self.dim(); ++d) {
-      if (self.size(d) == 1) continue;
-      if (std::find(dims.begin(), dims.end(), d) != dims.end()) {
-        squeezed_dims.push_back(static_cast<int64_t>(kept_sizes.size()));
-      }
-      kept_sizes.push_back(self.size(d));
-    }
-    const at::Tensor squeezed = self.reshape(kept_sizes);
     const double factor = mean ? 1.0 / static_cast<double>(count) : 1.0;
-    if (squeezed_dims.empty()) {
-      // Only size-1 dims reduced: each result is its one element.
-      result = kernels::is_arg_reduction(op)
-                   ? at::empty(shape, options).zero_()
-                   : (mean ? squeezed.mul(factor) : squeezed)
-                         .to(dtype)
-                         .reshape(shape);
-    } else {
-      result = reduce_dims(squeezed, squeezed_dims, op, dtype, factor)
-                   .reshape(shape);
-    }
+    result = reduce_nonempty(self, dims, op, dtype, factor);
   }
   return keepdim ? keep_dims(result, dims, self.dim()) : result;
 }
@@ -387,8 +403,8 @@ at::Tensor variance(const at::Tensor& self, at::OptionalIntArrayRef dim,
   at::Tensor dev = x.sub(m);
   at::Tensor sq = dev.mul(dev);
   at::Tensor v =
-      reduce_dims(sq, dims, ReduceOp::kSum, at::kFloat,
-                  1.0 / std::max(0.0, static_cast<double>(count) - c));
+      reduce_nonempty(sq, dims, ReduceOp::kSum, at::kFloat,
+                      1.0 / std::max(0.0, static_cast<double>(count) - c));
   return keepdim ? keep_dims(v, dims, self.dim()) : v;
 }
 

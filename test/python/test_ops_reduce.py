@@ -3,6 +3,8 @@ argmax, argmin, var, std over every dim, several dims, all dims, keepdim,
 offset views, zero-size; each float dtype; no CPU fallback. Tolerances:
 ops_testing.TOL scaled by the reduced count for sums (fp32 accumulation)."""
 
+import re
+
 import pytest
 import torch
 
@@ -89,3 +91,26 @@ def test_scalar_and_one_dim():
     assert x.argmax().item() == a.argmax().item()
     s = torch.tensor(3.5).to("spyre")
     assert s.sum().item() == 3.5
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: x.amax(0), lambda x: x.amin((0, 1)), lambda x: x.argmax(0),
+    lambda x: x.amax(), lambda x: x.max(),
+])
+def test_reductions_over_an_empty_dim_raise_as_the_cpu(call):
+    cpu = torch.empty(0, 3)
+    with pytest.raises(Exception) as expected:
+        call(cpu)
+    with pytest.raises(type(expected.value), match=re.escape(str(expected.value)[:30])):
+        call(cpu.to("spyre"))
+
+
+@pytest.mark.parametrize("shape, dim", [((2, 1), 0), ((3, 1, 2), (0, 1)), ((1, 5), 1),
+                                        ((4, 1, 1), (0, 2))])
+@pytest.mark.parametrize("op", ["var", "std"])
+def test_variance_over_dims_next_to_size_one_dims(shape, dim, op):
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3)) * 100 + 2281
+    for keepdim in (False, True):
+        expected = getattr(x, op)(dim, keepdim=keepdim)
+        got = getattr(x.to("spyre"), op)(dim, keepdim=keepdim).cpu()
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
