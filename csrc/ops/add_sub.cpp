@@ -46,6 +46,22 @@ at::ScalarType common_type(const at::Tensor& a, const at::Tensor& b) {
   return at::result_type(a, b);
 }
 
+// alpha as the CPU's kernels take it: converted to the common dtype (a
+// 16-bit alpha is rounded, as add's scalars are), and refused when it does
+// not fit there.
+double alpha_value(const at::Scalar& alpha, at::ScalarType common) {
+  switch (common) {
+    case at::kHalf:
+      return static_cast<float>(alpha.to<at::Half>());
+    case at::kBFloat16:
+      return static_cast<float>(alpha.to<at::BFloat16>());
+    case at::kFloat:
+      return alpha.to<float>();
+    default:
+      return static_cast<double>(alpha.to<int64_t>());
+  }
+}
+
 void add_sub(const char* name, VecOp op, const at::Tensor& self,
              const at::Tensor& other, const at::Scalar& alpha,
              const at::Tensor& out) {
@@ -61,14 +77,15 @@ void add_sub(const char* name, VecOp op, const at::Tensor& self,
   } else if (b.id < 0) {
     const double scaled =
         at::isFloatingType(ops.common)
-            ? static_cast<double>(static_cast<float>(b.scalar) *
-                                  alpha.to<float>())
+            ? static_cast<double>(
+                  static_cast<float>(b.scalar) *
+                  static_cast<float>(alpha_value(alpha, ops.common)))
             : static_cast<double>(static_cast<int64_t>(b.scalar) *
                                   alpha.to<int64_t>());
     ops.binary(op, a, {-1, scaled});
   } else {
     const int scaled =
-        ops.binary(VecOp::kMul, b, {-1, compute_parameter(alpha, ops.common)});
+        ops.binary(VecOp::kMul, b, {-1, alpha_value(alpha, ops.common)});
     ops.binary(op, a, {scaled, 0});
   }
   run_steps(name, ops, out);

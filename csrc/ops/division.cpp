@@ -2,8 +2,9 @@
 // rounding_mode="trunc")), written from other device ops. The result keeps
 // the operands' common dtype (no promotion of integers to float).
 //   trunc: integers floor-divide and step back toward zero where the exact
-//     quotient is negative and not whole; floats truncate the rounded
-//     quotient, as the CPU does (16-bit quotients rounded first).
+//     quotient is negative and not whole; floats truncate the quotient as
+//     the CPU does (16-bit quotients of two tensors rounded first, of a
+//     tensor and a scalar truncated in fp32).
 //   floor: integers floor-divide (the device's integer division). Floating
 //     floor division follows the CPU's own fmod-based formula: the counted
 //     CPU fallback.
@@ -61,8 +62,14 @@ std::optional<at::Tensor> rounded_quotient(const at::Tensor& a,
     const at::Tensor negative = at::ne(at::lt(a, 0), at::lt(b, 0));
     return at::add(floored, at::logical_and(inexact, negative)).to(common);
   }
-  const at::Tensor q = at::div(a, b);
-  return at::where(at::lt(q, 0), at::neg(at::floor(at::neg(q))), at::floor(q));
+  // A 16-bit tensor over a scalar: the CPU divides in fp32 (the scalar as
+  // given) and truncates before rounding; over a tensor it rounds the
+  // quotient first.
+  const bool in_fp32 = is_scalar(b) && at::isReducedFloatingType(common);
+  const at::Tensor q = at::div(in_fp32 ? a.to(at::kFloat) : a, b);
+  const at::Tensor truncated =
+      at::where(at::lt(q, 0), at::neg(at::floor(at::neg(q))), at::floor(q));
+  return in_fp32 ? truncated.to(common) : truncated;
 }
 
 at::Tensor& div_mode_out(const at::Tensor& self, const at::Tensor& other,

@@ -349,6 +349,9 @@ bool device_computes(const Family& family, const Call& call,
 }
 
 void build_steps(const Family& family, const Call& call, Operands& ops) {
+  ops.scalars_unrounded =
+      family.shape == Shape::kBinary &&
+      (family.op == VecOp::kMul || family.op == VecOp::kDiv);
   std::vector<Operands::Value> v;
   for (const at::Tensor& input : call.inputs) {
     v.push_back(input.defined() ? ops.add(input) : Operands::Value{-2, 0});

@@ -6,6 +6,16 @@ namespace spyre::torch_glue::ops {
 
 using rt::VecOp;
 
+namespace {
+
+// Floating scalars convert without range checks, as the CPU's kernels
+// convert them: 1e5 is inf as fp16, never an error.
+float unchecked_float(const at::Scalar& value) {
+  return static_cast<float>(value.to<double>());
+}
+
+}  // namespace
+
 rt::DType compute_dtype(at::ScalarType type) {
   return at::isFloatingType(type) ? rt::DType::kFloat32 : rt::DType::kInt64;
 }
@@ -13,11 +23,11 @@ rt::DType compute_dtype(at::ScalarType type) {
 double compute_scalar(const at::Scalar& value, at::ScalarType common) {
   switch (common) {
     case at::kHalf:
-      return static_cast<float>(value.to<at::Half>());
+      return static_cast<float>(at::Half(unchecked_float(value)));
     case at::kBFloat16:
-      return static_cast<float>(value.to<at::BFloat16>());
+      return static_cast<float>(at::BFloat16(unchecked_float(value)));
     case at::kFloat:
-      return value.to<float>();
+      return unchecked_float(value);
     case at::kBool:
       return value.to<bool>() ? 1 : 0;
     default:
@@ -26,7 +36,7 @@ double compute_scalar(const at::Scalar& value, at::ScalarType common) {
 }
 
 double compute_parameter(const at::Scalar& value, at::ScalarType common) {
-  if (at::isFloatingType(common)) return value.to<float>();
+  if (at::isFloatingType(common)) return unchecked_float(value);
   return static_cast<double>(value.to<int64_t>());
 }
 

@@ -21,7 +21,8 @@ rt::DType compute_dtype(at::ScalarType type);
 // dtype first (fp16 2.1 is 2.0996...), then widened to the compute dtype.
 double compute_scalar(const at::Scalar& value, at::ScalarType common);
 
-// A parameter (alpha, clamp bounds used as factors) in the compute dtype.
+// A parameter (softplus' beta and threshold, a mul's or div's scalar) in
+// the compute dtype, not rounded to the common dtype first.
 double compute_parameter(const at::Scalar& value, at::ScalarType common);
 
 // Operands of an elementwise op: spyre tensors become kernel inputs (values
@@ -33,6 +34,10 @@ struct Operands {
   // The dtype of the last step's value before it meets out (bool for
   // comparisons): when out's differs, a final step converts it.
   std::optional<at::ScalarType> result;
+  // PyTorch's CPU multiplies and divides a 16-bit float tensor by a scalar
+  // in fp32 with the scalar as given; add, sub, pow and comparisons round
+  // the scalar to the 16-bit dtype first (compute_scalar).
+  bool scalars_unrounded = false;
 
   // A value a step can use: an input number, or a scalar.
   struct Value {
@@ -42,7 +47,9 @@ struct Operands {
 
   Value add(const at::Tensor& t) {
     if (t.is_cpu() && t.dim() == 0) {
-      return Value{-1, compute_scalar(t.item(), common)};
+      return Value{-1, scalars_unrounded && at::isFloatingType(common)
+                           ? compute_parameter(t.item(), common)
+                           : compute_scalar(t.item(), common)};
     }
     tensors.push_back(t);
     return Value{static_cast<int>(tensors.size()) - 1, 0};

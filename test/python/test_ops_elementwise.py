@@ -381,3 +381,37 @@ def test_float_to_integer_casts_of_any_value_match_the_cpu(src, dst):
     assert torch.equal(x.to("spyre").to(dst).cpu(), expected)
     # A strided view, through the same conversion.
     assert torch.equal(x.to("spyre")[1::3].to(dst).cpu(), expected[1::3])
+
+
+SCALAR_OPS = {
+    "add": lambda a, s: a + s, "sub": lambda a, s: a - s, "rsub": lambda a, s: s - a,
+    "mul": lambda a, s: a * s, "div": lambda a, s: a / s, "rdiv": lambda a, s: s / a,
+    "mul_": lambda a, s: a.clone().mul_(s),
+    "trunc_div": lambda a, s: torch.div(a, s, rounding_mode="trunc"),
+    "add_alpha": lambda a, s: torch.add(a, a * 0.5, alpha=s),
+    "sub_alpha": lambda a, s: torch.sub(a, a * 0.25, alpha=s),
+    "lt": lambda a, s: a < s, "eq": lambda a, s: a == s,
+}
+
+
+# The CPU multiplies and divides a 16-bit tensor by a Python scalar in fp32
+# with the scalar as given, but rounds add's, sub's and alpha's scalars to the
+# 16-bit dtype first: the device follows both rules, bit for bit. Scalars not
+# exact in 16 bits (0.1, 3.7, 1/7 ...) tell the two apart. 4096 elements:
+# the CPU's vectorised loop (its scalar tail rounds alpha differently).
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(SCALAR_OPS))
+def test_16_bit_tensor_with_python_scalars_matches_the_cpu_exactly(dtype, name):
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(4096, generator=g) * 20).to(dtype)
+    op = SCALAR_OPS[name]
+    for scalar in [0.1, 3.7, 1 / 7, -2.3e-3, 123.456, 1e5]:
+        try:
+            expected = op(x, scalar)
+        except RuntimeError as error:  # alpha=1e5 does not fit fp16
+            with pytest.raises(RuntimeError, match="without overflow"):
+                op(x.to("spyre"), scalar)
+            assert "without overflow" in str(error)
+            continue
+        got = op(x.to("spyre"), scalar).cpu()
+        assert torch.equal(got, expected), (name, scalar)
