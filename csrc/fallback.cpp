@@ -130,4 +130,12 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 
+// Ops whose CompositeExplicitAutograd kernel would run for spyre (taking
+// precedence over the fallback above) but refuses any device other than
+// CPU, CUDA and XPU: sent to the counted CPU fallback by name.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mode.values",
+         torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
 }  // namespace spyre::torch_glue

@@ -113,6 +113,18 @@ def test_fallback_out_into_a_view_writes_only_the_view():
         torch.testing.assert_close(base.cpu(), base_cpu, msg=name)
 
 
+def test_mode_out_into_views_runs_through_the_fallback():
+    # mode.values' own CompositeExplicitAutograd kernel refuses spyre tensors
+    # ("mode only supports CPU, CUDA and XPU"): it goes to the fallback.
+    x = torch.randint(0, 3, (4, 6), generator=torch.Generator().manual_seed(1)).float()
+    values, indices = torch.zeros(4, 3), torch.zeros(4, 3, dtype=torch.long)
+    values_s, indices_s = values.to("spyre"), indices.to("spyre")
+    torch.mode(x, 1, out=(values[:, 1], indices[:, 1]))
+    torch.mode(x.to("spyre"), 1, out=(values_s[:, 1], indices_s[:, 1]))
+    assert torch.equal(values_s.cpu(), values)
+    assert torch.equal(indices_s.cpu(), indices)
+
+
 def test_convolution_runs_through_the_counted_fallback():
     # spyre's convolution dispatches to convolution_overrideable, which the
     # CPU has no kernel for: the convolutions the device does not compute
