@@ -142,7 +142,7 @@ void SimDevice::return_scratchpads(std::unique_ptr<Scratchpads> pads) {
 // the real allocation of its tensor's first byte: a binding that overstates
 // its allocation, or an allocation freed while the launch waited on its
 // stream, is then a device error with nothing written (stores are undone only
-// for gathers, the one failure that cannot be checked up front).
+// for gathers and scatters, whose indices cannot be checked up front).
 void SimDevice::check_accesses(const SimExecutable& exe,
                                std::span<const rt::DevicePtr> addresses) const {
   for (size_t r = 0; r < exe.relocations.size(); ++r) {

@@ -256,9 +256,9 @@ class Scheduler {
                          xfer->dram_stride1, xfer->dram_stride2};
         if (!broadcasts_.insert(key).second) dram_bytes = 0;  // already read
       }
-    } else if (const auto* gather = std::get_if<rt::DmaGather>(&inst)) {
-      runs = gather->count;
-      extra = uint64_t{gather->count} * table_.dma_cycles_per_gather_row;
+    } else if (const rt::IndexedRows* rows = rt::indexed_rows_of(inst)) {
+      runs = rows->count;
+      extra = uint64_t{rows->count} * table_.dma_cycles_per_gather_row;
     }
     uint64_t stream = dma_stream_cycles(d.bytes_moved, runs, table_) + extra;
     // The DRAM server: first come, first served at the aggregate rate.

@@ -16,7 +16,7 @@ namespace {
 const SymAddr* device_address(const Instruction& inst) {
   if (auto* load = std::get_if<DmaLoad>(&inst)) return &load->xfer.dram;
   if (auto* store = std::get_if<DmaStore>(&inst)) return &store->xfer.dram;
-  if (auto* gather = std::get_if<DmaGather>(&inst)) return &gather->table;
+  if (const IndexedRows* rows = indexed_rows_of(inst)) return &rows->table;
   return nullptr;
 }
 

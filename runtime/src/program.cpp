@@ -55,7 +55,7 @@ DeviceAccess transfer_access(const StickTransfer& x) {
   return {x.dram, saturate(base + s.lo), saturate(base + s.hi + x.run_bytes)};
 }
 
-DeviceAccess gather_access(const DmaGather& g) {
+DeviceAccess table_access(const IndexedRows& g) {
   Wide base = static_cast<Wide>(g.table.offset);
   Wide rows = g.table_rows == 0 ? 0 : static_cast<Wide>(g.table_rows - 1);
   Wide last = rows * static_cast<Wide>(g.table_row_stride);
@@ -69,8 +69,8 @@ std::vector<DeviceAccess> device_accesses(const Instruction& inst) {
   if (auto* store = std::get_if<DmaStore>(&inst)) {
     return {transfer_access(store->xfer)};
   }
-  if (auto* gather = std::get_if<DmaGather>(&inst)) {
-    return {gather_access(*gather)};
+  if (const IndexedRows* rows = indexed_rows_of(inst)) {
+    return {table_access(*rows)};
   }
   return {};
 }
@@ -119,16 +119,25 @@ std::vector<SpadRange> ranges_of(const DmaStore& i) {
   out.add(transfer_spad_range(i.xfer, /*write=*/false));
   return out.ranges;
 }
-std::vector<SpadRange> ranges_of(const DmaGather& i) {
+// The indices are read; the rows are written by a gather, read by a
+// scatter.
+std::vector<SpadRange> indexed_rows_ranges(const IndexedRows& i,
+                                           bool rows_written) {
   RangeCollector out;
   uint32_t index_size = element_size(i.index_dtype);
   out.add(linear_range(i.index_spad, static_cast<Wide>(i.count) * index_size,
                        false));
   if (i.count > 0) {
     Wide last = static_cast<Wide>(i.count - 1) * i.spad_stride;
-    out.add(linear_range(i.spad, last + i.row_bytes, true));
+    out.add(linear_range(i.spad, last + i.row_bytes, rows_written));
   }
   return out.ranges;
+}
+std::vector<SpadRange> ranges_of(const DmaGather& i) {
+  return indexed_rows_ranges(i, true);
+}
+std::vector<SpadRange> ranges_of(const DmaScatter& i) {
+  return indexed_rows_ranges(i, false);
 }
 std::vector<SpadRange> ranges_of(const RingSend& i) {
   RangeCollector out;
@@ -175,11 +184,17 @@ std::vector<SpadRange> ranges_of(const RandFill& i) {
 }  // namespace
 
 const char* instruction_name(const Instruction& inst) {
-  static constexpr const char* kNames[] = {"DmaLoad",  "DmaStore", "DmaGather",
-                                           "RingSend", "RingRecv", "MatMul",
-                                           "Vector",   "Reduce",   "RandFill"};
+  static constexpr const char* kNames[] = {
+      "DmaLoad", "DmaStore", "DmaGather", "RingSend", "RingRecv",
+      "MatMul",  "Vector",   "Reduce",    "RandFill", "DmaScatter"};
   static_assert(std::size(kNames) == std::variant_size_v<Instruction>);
   return kNames[inst.index()];
+}
+
+const IndexedRows* indexed_rows_of(const Instruction& inst) {
+  if (auto* gather = std::get_if<DmaGather>(&inst)) return gather;
+  if (auto* scatter = std::get_if<DmaScatter>(&inst)) return scatter;
+  return nullptr;
 }
 
 int vec_op_arity(VecOp op) {
@@ -367,7 +382,7 @@ class Validator {
     require(i.xfer.share_group == 0, "share_group ", i.xfer.share_group,
             " is only valid on DmaLoad (stores cannot be shared)");
   }
-  void check_fields(const DmaGather& i) {
+  void check_fields(const IndexedRows& i) {
     check_slot(i.table, "table");
     check_stick(i.table.offset, "table.offset");
     check_stick(i.table_row_stride, "table_row_stride");

@@ -57,7 +57,7 @@ requires std::is_same_v<std::remove_const_t<P>, DmaLoad> ||
     std::is_same_v<std::remove_const_t<P>, DmaStore>
 void fields(Ar& ar, P& i) { ar(i.xfer); }
 template <typename Ar, typename P>
-requires std::is_same_v<std::remove_const_t<P>, DmaGather>
+requires std::is_base_of_v<IndexedRows, std::remove_const_t<P>>
 void fields(Ar& ar, P& g) {
   ar(g.table, g.table_rows, g.table_row_stride, g.row_bytes, g.index_spad,
      g.index_dtype, g.count, g.spad, g.spad_stride);

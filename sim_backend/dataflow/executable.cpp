@@ -12,7 +12,7 @@ namespace {
 Engine engine_of(const rt::Instruction& inst) {
   if (std::holds_alternative<rt::DmaLoad>(inst) ||
       std::holds_alternative<rt::DmaStore>(inst) ||
-      std::holds_alternative<rt::DmaGather>(inst)) {
+      rt::indexed_rows_of(inst) != nullptr) {
     return Engine::kDma;
   }
   if (std::holds_alternative<rt::RingSend>(inst) ||
@@ -30,8 +30,8 @@ uint64_t payload_bytes(const rt::Instruction& inst) {
   if (auto* s = std::get_if<rt::DmaStore>(&inst)) {
     return uint64_t{s->xfer.run_bytes} * s->xfer.count1 * s->xfer.count2;
   }
-  if (auto* g = std::get_if<rt::DmaGather>(&inst)) {
-    return uint64_t{g->row_bytes} * g->count;
+  if (const rt::IndexedRows* rows = rt::indexed_rows_of(inst)) {
+    return uint64_t{rows->row_bytes} * rows->count;
   }
   if (auto* r = std::get_if<rt::RingSend>(&inst)) return r->bytes;
   return 0;
@@ -123,7 +123,7 @@ SimExecutable::SimExecutable(const rt::Program& program,
         ends[s->channel].send = ref;
       if (auto* r = std::get_if<rt::RingRecv>(&d.inst))
         ends[r->channel].recv = ref;
-      if (std::holds_alternative<rt::DmaGather>(d.inst)) has_gather = true;
+      if (rt::indexed_rows_of(d.inst) != nullptr) has_indexed_rows = true;
     }
   }
   for (auto& [channel, e] : ends) {
@@ -147,7 +147,8 @@ SimExecutable::SimExecutable(const rt::Program& program,
     if (d.relocation < 0) d.relocation = static_cast<int64_t>(r);
     accesses[rel.core_index][rel.instruction].push_back(
         {rel.slot, rel.lo, rel.hi,
-         std::holds_alternative<rt::DmaStore>(d.inst)});
+         std::holds_alternative<rt::DmaStore>(d.inst) ||
+             std::holds_alternative<rt::DmaScatter>(d.inst)});
   }
 
   // Dependencies within a core: every earlier instruction it conflicts with

@@ -54,7 +54,9 @@ class SimExecutable : public rt::Executable {
   std::vector<rt::Relocation> relocations;
   std::vector<uint32_t> channels;         // sorted channel ids
   std::vector<ChannelEnds> channel_ends;  // parallel to channels
-  bool has_gather = false;
+  // A gather or scatter: an index found out of range while the launch runs
+  // abandons it, so its device writes must be undoable.
+  bool has_indexed_rows = false;
   rt::LaunchStats stats;
   // What the host emulates, in modelled cycles: matrix- and vector-unit busy
   // cycles plus sticks moved (DMA and ring). Latency is left out: waiting

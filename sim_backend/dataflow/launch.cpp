@@ -234,11 +234,11 @@ class Launch {
         uint8_t* local = spad + x.spad + uint64_t{i2} * x.spad_stride2 +
                          uint64_t{i1} * x.spad_stride1;
         if (to_device) {
-          // A gather can still fail on another core after this store, and a
-          // failed launch must leave device memory as it was: keep the bytes
-          // this run overwrites (only them: other cores write the rest of the
-          // same tensor concurrently).
-          if (exe_.has_gather) remember(dram, x.run_bytes);
+          // A gather or scatter can still fail on another core after this
+          // store, and a failed launch must leave device memory as it was:
+          // keep the bytes this run overwrites (only them: other cores write
+          // the rest of the same tensor concurrently).
+          if (exe_.has_indexed_rows) remember(dram, x.run_bytes);
           std::memcpy(dram, local, x.run_bytes);
         } else {
           std::memcpy(local, dram, x.run_bytes);
@@ -252,21 +252,25 @@ class Launch {
     undo_.push_back({dram, std::vector<uint8_t>(dram, dram + bytes)});
   }
 
-  void gather(size_t c, const DecodedInst& d, const rt::DmaGather& g) {
+  // Table rows index[r] paired with scratchpad rows r: every index is
+  // checked before any row moves. A gather copies table rows into the
+  // scratchpad; a scatter copies scratchpad rows into the table (undoably,
+  // as a store).
+  void indexed_rows(size_t c, const DecodedInst& d, const rt::IndexedRows& g,
+                    bool scatter) {
+    const char* what = scatter ? "DmaScatter" : "DmaGather";
     rt::DevicePtr base = 0;
-    device_extent(d, c, base, "DmaGather");
+    device_extent(d, c, base, what);
     uint32_t index_size = rt::element_size(g.index_dtype);
     check_spad(c, g.index_spad,
-               int64_t{g.index_spad} + int64_t{g.count} * index_size,
-               "DmaGather indices");
+               int64_t{g.index_spad} + int64_t{g.count} * index_size, what);
     check_spad(c, g.spad,
                g.count == 0
                    ? g.spad
                    : int64_t{g.spad} + int64_t{g.count - 1} * g.spad_stride +
                          g.row_bytes,
-               "DmaGather rows");
+               what);
     uint8_t* spad = spads_[c].data();
-    // Check every index before moving any row.
     std::vector<int64_t> rows(g.count);
     for (uint32_t r = 0; r < g.count; ++r) {
       const uint8_t* p = spad + g.index_spad + uint64_t{r} * index_size;
@@ -278,17 +282,23 @@ class Launch {
         std::memcpy(&rows[r], p, 8);
       }
       rt::check(rows[r] >= 0 && static_cast<uint64_t>(rows[r]) < g.table_rows,
-                rt::ErrorCode::kDeviceError, "sim: DmaGather at ", where(c),
+                rt::ErrorCode::kDeviceError, "sim: ", what, " at ", where(c),
                 ": index ", rows[r], " at position ", r,
                 " is outside the table's [0, ", g.table_rows,
                 ") rows; the launch was abandoned and device "
                 "memory left unchanged");
     }
-    const uint8_t* table = memory_.host(base);
+    uint8_t* table = memory_.host(base);
     for (uint32_t r = 0; r < g.count; ++r) {
-      std::memcpy(spad + g.spad + uint64_t{r} * g.spad_stride,
-                  table + static_cast<uint64_t>(rows[r]) * g.table_row_stride,
-                  g.row_bytes);
+      uint8_t* row = spad + g.spad + uint64_t{r} * g.spad_stride;
+      uint8_t* entry =
+          table + static_cast<uint64_t>(rows[r]) * g.table_row_stride;
+      if (scatter) {
+        remember(entry, g.row_bytes);
+        std::memcpy(entry, row, g.row_bytes);
+      } else {
+        std::memcpy(row, entry, g.row_bytes);
+      }
     }
   }
 
@@ -335,7 +345,9 @@ class Launch {
     } else if (auto* s = std::get_if<rt::DmaStore>(&d.inst)) {
       transfer(c, d, s->xfer, true);
     } else if (auto* g = std::get_if<rt::DmaGather>(&d.inst)) {
-      gather(c, d, *g);
+      indexed_rows(c, d, *g, false);
+    } else if (auto* sc = std::get_if<rt::DmaScatter>(&d.inst)) {
+      indexed_rows(c, d, *sc, true);
     } else if (auto* rs = std::get_if<rt::RingSend>(&d.inst)) {
       send(c, *rs);
     } else if (auto* rr = std::get_if<rt::RingRecv>(&d.inst)) {

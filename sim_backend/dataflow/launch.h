@@ -7,11 +7,11 @@
 //
 // Failure atomicity: the only data-dependent failure after validation,
 // patching and the device's own access check (SimDevice::execute) is a bad
-// DmaGather index (ring deadlocks are rejected at prepare). A program with a
-// gather therefore keeps an undo log: every DmaStore saves the bytes of its
-// extent before writing, and a failed launch restores them in reverse order, so
-// device memory is unchanged. Stores stay direct (not buffered), so a later
-// load in the same launch sees them.
+// DmaGather or DmaScatter index (ring deadlocks are rejected at prepare). A
+// program with either therefore keeps an undo log: every DmaStore and every
+// scattered row saves the bytes it overwrites, and a failed launch restores
+// them in reverse order, so device memory is unchanged. Stores stay direct (not
+// buffered), so a later load in the same launch sees them.
 #pragma once
 
 #include <span>

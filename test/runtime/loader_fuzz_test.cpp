@@ -122,7 +122,7 @@ class FieldMutator {
   }
   void field(DmaLoad& i) { field(i.xfer); }
   void field(DmaStore& i) { field(i.xfer); }
-  void field(DmaGather& g) {
+  void field(IndexedRows& g) {
     fields(g.table, g.table_rows, g.table_row_stride, g.row_bytes, g.index_spad,
            g.index_dtype, g.count, g.spad, g.spad_stride);
   }

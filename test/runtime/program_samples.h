@@ -173,11 +173,38 @@ inline Program ring_program() {
   return p;
 }
 
+// Gathers four rows of a table and scatters them into another.
+inline Program scatter_program() {
+  Program p;
+  p.name = "scatter";
+  p.args = {{"table", DType::kFloat16, 32 * 128, {}, false},
+            {"index", DType::kInt64, 128, {}, false},
+            {"out", DType::kFloat16, 32 * 128, {}, true}};
+  CoreProgram core{0, 4096, {}};
+  core.instructions.push_back(DmaLoad{transfer(1, 0, 0, 128)});
+  DmaGather gather;
+  gather.table = {0, 0};
+  gather.table_rows = 32;
+  gather.table_row_stride = 128;
+  gather.index_spad = 0;
+  gather.count = 4;
+  gather.spad = 128;
+  gather.spad_stride = 128;
+  core.instructions.push_back(gather);
+  DmaScatter scatter;
+  static_cast<IndexedRows&>(scatter) = gather;
+  scatter.table = {2, 0};
+  core.instructions.push_back(scatter);
+  p.cores.push_back(core);
+  return p;
+}
+
 // The programs serialised into test/data/program_corpus/.
 inline std::vector<std::pair<std::string, Program>> corpus_programs() {
   return {{"sample.spyreprg", sample_program()},
           {"copy.spyreprg", copy_program()},
-          {"ring.spyreprg", ring_program()}};
+          {"ring.spyreprg", ring_program()},
+          {"scatter.spyreprg", scatter_program()}};
 }
 
 inline uint32_t test_crc32(std::span<const uint8_t> bytes) {

@@ -239,5 +239,99 @@ INSTANTIATE_TEST_SUITE_P(IndexTypes, SimLaunchGather,
                            return std::string(rt::dtype_name(info.param));
                          });
 
+// ---- DmaScatter -------------------------------------------------------------
+
+// core 5: load indices (slot 1) and rows (slot 2), scatter the rows into
+// the table (slot 0, written in place).
+rt::Program scatter_program(DType index_dtype, uint32_t count) {
+  const uint32_t index_bytes = static_cast<uint32_t>(
+      rt::round_up_to_sticks(uint64_t{count} * rt::element_size(index_dtype)));
+  rt::DmaScatter s;
+  s.table = {0, 128};
+  s.table_rows = kTableRows;
+  s.table_row_stride = kTableStride;
+  s.row_bytes = kRowBytes;
+  s.index_spad = 0;
+  s.index_dtype = index_dtype;
+  s.count = count;
+  s.spad = 8192;
+  s.spad_stride = kRowBytes;
+  rt::Program p;
+  p.name = "scatter";
+  p.args = {
+      slot("table", 128 + kTableRows * kTableStride, DType::kFloat16, true),
+      slot("indices", index_bytes, index_dtype),
+      slot("rows", uint64_t{count} * kRowBytes)};
+  p.cores = {core(5, {load(xfer(1, 0, 0, index_bytes)),
+                      load(xfer(2, 0, 8192, count * kRowBytes)), s})};
+  return p;
+}
+
+class SimLaunchScatter : public ::testing::TestWithParam<DType> {};
+
+TEST_P(SimLaunchScatter, RowsLandAtTheirIndicesAndTheRestIsKept) {
+  const DType dtype = GetParam();
+  // 30 twice: the later row wins.
+  const std::vector<int64_t> indices = {7, 0, 49, 30, 23, 30};
+  auto device = small_device();
+  rt::Program p = scatter_program(dtype, static_cast<uint32_t>(indices.size()));
+  Buffers buffers(*device, p);
+  const std::vector<uint8_t> table = random_bytes(p.args[0].bytes, 7);
+  const std::vector<uint8_t> rows = random_bytes(p.args[2].bytes, 8);
+  buffers.upload(0, table);
+  upload_indices(buffers, dtype, indices);
+  buffers.upload(2, rows);
+
+  rt::LaunchStats stats = run(*device, p, buffers);
+
+  std::vector<uint8_t> expected = table;
+  for (size_t r = 0; r < indices.size(); ++r) {
+    std::copy(rows.begin() + r * kRowBytes, rows.begin() + (r + 1) * kRowBytes,
+              expected.begin() + 128 + indices[r] * kTableStride);
+  }
+  EXPECT_EQ(buffers.download<uint8_t>(0), expected);
+  EXPECT_EQ(stats.dma_bytes, p.args[1].bytes + 2 * indices.size() * kRowBytes);
+}
+
+TEST_P(SimLaunchScatter, IndexOutOfRangeIsADeviceErrorAndWritesNothing) {
+  const DType dtype = GetParam();
+  auto device = small_device();
+  // A good scatter runs first on the same core, then the failing one: the
+  // first one's rows must be undone too.
+  rt::Program p = scatter_program(dtype, 4);
+  auto& insts = p.cores[0].instructions;
+  rt::DmaScatter first = std::get<rt::DmaScatter>(insts.back());
+  first.index_spad = 128;
+  insts.insert(insts.end() - 1, first);
+  insts.front() = load(xfer(1, 0, 0, 256));  // both scatters' indices
+  p.args[1].bytes = 256;
+  rt::LoadedProgram loaded(*device, p);
+  Buffers buffers(*device, p);
+  buffers.upload(0, random_bytes(p.args[0].bytes, 9));
+  buffers.upload(2, random_bytes(p.args[2].bytes, 10));
+  for (int64_t bad : {int64_t{kTableRows}, int64_t{-1}}) {
+    SCOPED_TRACE(bad);
+    std::vector<int64_t> indices = {3, 4, bad, 5};
+    std::vector<int64_t> padded(128 / rt::element_size(dtype), 0);
+    padded.insert(padded.end(), {10, 11, 12, 13});
+    std::copy(indices.begin(), indices.end(), padded.begin());
+    upload_indices(buffers, dtype, padded);
+    auto before = buffers.snapshot();
+    auto error = raised([&] { loaded.run(buffers.bindings); });
+    ASSERT_TRUE(error.has_value()) << "an out-of-range index was accepted";
+    EXPECT_EQ(error->code, rt::ErrorCode::kDeviceError);
+    EXPECT_TRUE(error->mentions("DmaScatter")) << error->message;
+    EXPECT_TRUE(error->mentions("index " + std::to_string(bad)))
+        << error->message;
+    EXPECT_EQ(buffers.snapshot(), before) << "a failed launch wrote memory";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(IndexTypes, SimLaunchScatter,
+                         ::testing::Values(DType::kInt32, DType::kInt64),
+                         [](const auto& info) {
+                           return std::string(rt::dtype_name(info.param));
+                         });
+
 }  // namespace
 }  // namespace spyre::sim::test

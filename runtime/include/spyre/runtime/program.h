@@ -66,11 +66,12 @@ struct DmaStore {
   bool operator==(const DmaStore&) const = default;
 };
 
-// Gathers `count` rows of `row_bytes` (whole sticks) from a table in device
-// memory, row r of the output being table row index[r]. Indices (int32 or
-// int64) live in the scratchpad; an index outside [0, table_rows) is a device
-// error.
-struct DmaGather {
+// A row-indexed transfer between `count` rows of `row_bytes` (whole sticks)
+// in the scratchpad, `spad_stride` apart, and a table of `table_rows` rows
+// in device memory: scratchpad row r pairs with table row index[r]. The
+// indices (int32 or int64) live in the scratchpad; an index outside
+// [0, table_rows) is a device error, found before any row moves.
+struct IndexedRows {
   SymAddr table;
   uint64_t table_rows = 0;
   uint64_t table_row_stride = 0;  // bytes between table rows, multiple of 128
@@ -80,7 +81,17 @@ struct DmaGather {
   uint32_t count = 0;
   uint32_t spad = 0;
   uint32_t spad_stride = 0;
+  bool operator==(const IndexedRows&) const = default;
+};
+// Table row index[r] into scratchpad row r (embedding, index_select).
+struct DmaGather : IndexedRows {
   bool operator==(const DmaGather&) const = default;
+};
+// Scratchpad row r into table row index[r] (index_copy, a KV cache's
+// update); table rows no index names are left as they are. When an index
+// repeats, the later row wins.
+struct DmaScatter : IndexedRows {
+  bool operator==(const DmaScatter&) const = default;
 };
 
 // Core-to-core transfer over the ring (the shorter direction is taken).
@@ -218,9 +229,12 @@ struct RandFill {
   bool operator==(const RandFill&) const = default;
 };
 
-using Instruction = std::variant<DmaLoad, DmaStore, DmaGather, RingSend,
-                                 RingRecv, MatMul, Vector, Reduce, RandFill>;
+using Instruction =
+    std::variant<DmaLoad, DmaStore, DmaGather, RingSend, RingRecv, MatMul,
+                 Vector, Reduce, RandFill, DmaScatter>;
 const char* instruction_name(const Instruction& inst);
+// The row-indexed transfer of a DmaGather or DmaScatter; null otherwise.
+const IndexedRows* indexed_rows_of(const Instruction& inst);
 
 struct CoreProgram {
   uint32_t core = 0;
@@ -283,7 +297,8 @@ struct ProgramLimits {
 void validate(const Program& program, const ProgramLimits& limits);
 
 // Versioned binary format ("SPYREPRG", version, little-endian fields).
-inline constexpr uint32_t kProgramFormatVersion = 2;  // 2: bitwise VecOps
+// 2: bitwise VecOps; 3: DmaScatter.
+inline constexpr uint32_t kProgramFormatVersion = 3;
 std::vector<uint8_t> serialize(const Program& program);
 // Parses and validates; any malformed input raises kMalformedProgram.
 Program deserialize(std::span<const uint8_t> bytes,
