@@ -1,8 +1,9 @@
-// Row gathers as device programs (kernels/gather.h): embedding and
-// index_select along any dim but the last (the stick dim, which rows of
-// sticks cannot be gathered along: advanced indexing takes it, see
-// index_tensor.cpp). Indices int32 or int64 on the device; an index out of
-// range is a device error raised at launch.
+// Row gathers and scatters as device programs (kernels/gather.h): embedding
+// and index_select, and the scatter behind index_copy (ops/rows.h), along
+// any dim but the last (the stick dim, which rows of sticks cannot be
+// gathered along: advanced indexing takes it, see index_tensor.cpp).
+// Indices int32 or int64 on the device; an index out of range is a device
+// error raised at launch.
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
@@ -18,6 +19,7 @@
 #include "device_state.h"
 #include "ops/launch.h"
 #include "ops/matrix_operand.h"
+#include "ops/rows.h"
 #include "spyre/kernels/gather.h"
 
 namespace spyre::torch_glue::ops {
@@ -152,4 +154,46 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 }  // namespace
+
+bool scatter_rows(const at::Tensor& table, int64_t dim, at::Tensor index,
+                  at::Tensor source) {
+  const int64_t n = table.dim();
+  if (!gatherable(table, index) || n == 0 || dim == n - 1 || index.dim() > 1 ||
+      source.scalar_type() != table.scalar_type() ||
+      !source.is_privateuseone() || source.dim() != n) {
+    return false;
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    if (source.size(k) != (k == dim ? index.numel() : table.size(k))) {
+      return false;
+    }
+  }
+  const std::vector<int64_t> batch = dims_except(n - 1, {dim});
+  // The table is written in place: it must be addressable as it is.
+  const std::optional<kernels::Matrix> t = matrix_view(table, batch, {dim});
+  if (!t) return false;
+  auto source_view = [&] { return matrix_view(source, batch, {dim}); };
+  std::optional<kernels::Matrix> src = source_view();
+  if (!src) {
+    source = materialize(source);
+    src = source_view();
+  }
+  if (!src) return false;
+  if (index.dim() == 0) index = index.reshape({1});
+  const kernels::Matrix idx = matrix_operand(index, 0);
+  const kernels::ScatterShape shape{*t, idx, *src};
+  kernels::KeyWriter key;
+  key.add("scatter");
+  for (const auto* m : {&shape.table, &shape.index, &shape.source}) {
+    append_key(key, *m);
+  }
+  launch_cached(table.device().index(), ProgramKey(std::move(key)),
+                [&] {
+                  return kernels::build_scatter(
+                      shape, {{device_chip(table.device().index())}});
+                },
+                {table, index, source});
+  return true;
+}
+
 }  // namespace spyre::torch_glue::ops

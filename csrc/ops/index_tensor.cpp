@@ -41,6 +41,7 @@
 
 #include "ops/elementwise_steps.h"
 #include "ops/launch.h"
+#include "ops/rows.h"
 
 namespace spyre::torch_glue::ops {
 namespace {
@@ -339,11 +340,11 @@ at::Tensor& masked_select_out_kernel(const at::Tensor& self,
 
 // index_copy (a static KV cache's update at cache_position): every place i
 // along `dim` takes source's slice k where index[k] == i, else keeps self's.
-// Written as a comparison of the places with the indices, a row gather of
-// source and a select, so it stays on the device; it reads and writes all of
-// self, where a scatter of the n slices would move only those. An index
-// outside the dim makes the gather raise a device error (one extra, out of
-// range, row is gathered then), never a silently dropped slice.
+// Along any dim but the last, one scatter program moves the n slices
+// (ops/rows.h). Along the last (stick) dim: a comparison of the places with
+// the indices, a row gather of source and a select, reading and writing all
+// of self. An index outside the dim is a device error either way, never a
+// silently dropped slice.
 bool index_copyable(const at::Tensor& self, const at::Tensor& index,
                     const at::Tensor& source) {
   return has_device_dtype(self.scalar_type()) &&
@@ -380,10 +381,10 @@ at::Tensor& index_copy_out(const at::Tensor& self, int64_t dim,
                     "index_copy_(): source must have ", n, " slices along dim ",
                     d, " (one per index), got shape ", source.sizes());
   at::native::resize_output(out, self.sizes());
-  if (n == 0 || self.numel() == 0) {
-    if (!out.is_same(self)) out.copy_(self);
-    return out;
-  }
+  if (!out.is_same(self)) out.copy_(self);
+  if (n == 0 || self.numel() == 0) return out;
+  // Along any dim but the stick dim: one scatter of the n slices.
+  if (scatter_rows(out, d, index, source)) return out;
   const int64_t places = self.size(d);
   const at::Tensor flat = index.reshape({1, n});
   const at::Tensor hits =
@@ -401,7 +402,7 @@ at::Tensor& index_copy_out(const at::Tensor& self, int64_t dim,
   const at::Tensor rows = slices_along(source, d, pick).narrow(d, 0, places);
   std::vector<int64_t> mask_shape(self.dim(), 1);
   mask_shape[d] = places;
-  out.copy_(at::where(has.view(mask_shape), rows, self));
+  out.copy_(at::where(has.view(mask_shape), rows, out));
   return out;
 }
 

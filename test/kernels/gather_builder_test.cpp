@@ -1,8 +1,13 @@
 // The gather builder (spyre/kernels/gather.h) on the emulator: embedding
 // lookups with 2-D indices into stick-column and row-major tables,
 // index_select along a middle dimension (batches), int32 and int64
-// indices, and an out-of-range index reported as a device error.
+// indices, and an out-of-range index reported as a device error; and the
+// scatter builder, its reverse, on the same shapes.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
 
 #include "kernel_library_util.h"
 #include "spyre/kernels/gather.h"
@@ -109,6 +114,101 @@ TEST(GatherBuilderErrors, OutOfRangeIndexIsADeviceError) {
   }
   s.index.dtype = DType::kFloat32;
   EXPECT_THROW(kernels::build_gather(s, {sim_target()}),
+               kernels::KernelBuildError);
+}
+
+// ---- scatter ----------------------------------------------------------------
+
+// Scatters source rows to distinct random table rows (a permutation's
+// prefix, so no row is named twice) and checks every table row: the named
+// ones hold their source row, the others are unchanged.
+void check_scatter(const kernels::ScatterShape& s, uint64_t table_rows) {
+  const rt::Program program = kernels::build_scatter(s, {sim_target()});
+  std::vector<Image> images{Image(s.table.bytes()), Image(s.index.bytes()),
+                            Image(s.source.bytes())};
+  std::mt19937 rng(13);
+  images[0].fill(s.table, rng);
+  images[2].fill(s.source, rng);
+  std::vector<int64_t> rows(table_rows);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  std::vector<int64_t> source_of(table_rows, -1);
+  for (uint64_t r = 0; r < s.index.rows; ++r) {
+    for (uint64_t c = 0; c < s.index.cols; ++c) {
+      const uint64_t k = r * s.index.cols + c;
+      images[1].put(s.index, 0, r, c, static_cast<double>(rows[k]));
+      source_of[rows[k]] = static_cast<int64_t>(k);
+    }
+  }
+  std::vector<Image> before = images;
+  auto device = small_device();
+  run_images(*device, program, images);
+  for (uint64_t b = 0; b < s.table.batch_count(); ++b) {
+    for (uint64_t row = 0; row < table_rows; ++row) {
+      for (uint64_t c = 0; c < s.table.cols; ++c) {
+        const double want =
+            source_of[row] < 0
+                ? before[0].get(s.table, b, row, c)
+                : before[2].get(s.source, b,
+                                static_cast<uint64_t>(source_of[row]), c);
+        ASSERT_EQ(images[0].get(s.table, b, row, c), want)
+            << "batch " << b << " table row " << row << " col " << c;
+      }
+    }
+  }
+}
+
+class ScatterBuilder : public ::testing::TestWithParam<DType> {};
+
+TEST_P(ScatterBuilder, RowsIntoAStickColumnTable) {
+  const DType t = GetParam();
+  for (DType it : {DType::kInt64, DType::kInt32}) {
+    kernels::ScatterShape s{Matrix::stick_columns(97, 150, t),
+                            Matrix::strided(it, 0, {}, 41, kStick),
+                            Matrix::stick_columns(41, 150, t)};
+    check_scatter(s, 97);
+  }
+}
+
+TEST_P(ScatterBuilder, KvCacheUpdateAlongAMiddleDim) {
+  // index_copy_(cache [4, 30, 70], 1, positions [5], new [4, 5, 70]).
+  const DType t = GetParam();
+  const int64_t row = sticks(70, t) * 4 * kStick;
+  Matrix table = Matrix::strided(t, 0, {{30, row}}, 70, 4 * kStick);
+  table.batch_dims = {{4, kStick}};
+  const int64_t source_row = sticks(70, t) * 4 * kStick;
+  Matrix source = Matrix::strided(t, 0, {{5, source_row}}, 70, 4 * kStick);
+  source.batch_dims = {{4, kStick}};
+  check_scatter(
+      {table, Matrix::strided(DType::kInt64, 0, {}, 5, kStick), source}, 30);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, ScatterBuilder,
+                         ::testing::Values(DType::kFloat16, DType::kBFloat16,
+                                           DType::kFloat32));
+
+TEST(ScatterBuilderErrors, OutOfRangeIndexIsADeviceErrorAndKeepsTheTable) {
+  const DType t = DType::kFloat16;
+  kernels::ScatterShape s{Matrix::stick_columns(10, 64, t),
+                          Matrix::strided(DType::kInt64, 0, {}, 3, kStick),
+                          Matrix::stick_columns(3, 64, t)};
+  const rt::Program program = kernels::build_scatter(s, {sim_target()});
+  std::vector<Image> images{Image(s.table.bytes()), Image(s.index.bytes()),
+                            Image(s.source.bytes())};
+  std::mt19937 rng(17);
+  images[0].fill(s.table, rng);
+  images[2].fill(s.source, rng);
+  images[1].put(s.index, 0, 0, 2, 10);
+  const std::vector<Image> before = images;
+  auto device = small_device();
+  try {
+    run_images(*device, program, images);
+    FAIL() << "an index of 10 into 10 rows launched";
+  } catch (const rt::Error& e) {
+    EXPECT_EQ(e.code(), rt::ErrorCode::kDeviceError) << e.what();
+  }
+  s.index.dtype = DType::kFloat32;
+  EXPECT_THROW(kernels::build_scatter(s, {sim_target()}),
                kernels::KernelBuildError);
 }
 

@@ -211,6 +211,35 @@ def test_index_copy_into_a_view_and_out_of_range():
         cache.cpu()
 
 
+def test_index_copy_is_one_scatter_that_moves_only_the_slices():
+    # A KV cache write per layer and token: one program, whatever the cache
+    # size; the base around a view is untouched.
+    base_cpu = _table((3, 2, 4, 64, 40), torch.float16)
+    base = base_cpu.to("spyre")
+    cache, cache_cpu = base[1], base_cpu[1]  # storage offset
+    source = _table((2, 4, 2, 40), torch.float16)
+    index = torch.tensor([63, 17])
+    torch.spyre.synchronize()
+    before = torch.spyre.op_stats()["launches"]
+    torch.spyre.reset_device_time_stats()
+    cache.index_copy_(2, index.to("spyre"), source.to("spyre"))
+    torch.spyre.synchronize()
+    assert torch.spyre.op_stats()["launches"] - before == 1
+    # It moves the index and the two slices, not the cache.
+    assert torch.spyre.device_time_stats()["launch_dma_bytes"] < cache.nbytes // 4
+    cache_cpu.index_copy_(2, index, source)
+    assert torch.equal(base.cpu(), base_cpu)
+    no_fallbacks()
+
+
+def test_index_copy_along_the_last_dim_matches_cpu():
+    x = _table((3, 5, 40), torch.float32)
+    index, source = torch.tensor([39, 0, 7]), _table((3, 5, 3), torch.float32)
+    got = x.to("spyre").index_copy(2, index.to("spyre"), source.to("spyre"))
+    assert torch.equal(got.cpu(), x.index_copy(2, index, source))
+    no_fallbacks()
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_index_put_matches_cpu(dtype):
     # x[:, :, idx] = v (a static cache's write once compiled), x[mask] = s,

@@ -13,11 +13,11 @@ the device) and runs the Hugging Face model with ``attn_implementation =
 the queries, keys and values of the new tokens (rotary embedding applied),
 which
 
-1. writes the new keys and values into their slots on the device, one
-   ``copy_`` into a view of the cache per run of consecutive slots (a run
-   ends at a block boundary; a decode step is one run per request). Not
-   ``index_copy_`` with the slot mapping: the device's index_copy_ kernel
-   rewrites the whole destination, O(cache size) per call;
+1. writes the new keys and values into their slots on the device: when the
+   slots are one run of consecutive slots (a single request's step), one
+   ``copy_`` into that slice of the cache each for keys and values; else
+   ``index_copy_`` along the slot dim with the step's slot mapping (a device
+   tensor), one scatter program each that moves only the new tokens' rows;
 2. reads the requests' own blocks (``index_select`` of block tables, device
    tensors, over the cache viewed as blocks: the step's requests' blocks
    only, never the whole cache) and attends with
@@ -80,9 +80,11 @@ class DecodeGroup:
 
 @dataclass
 class StepBatch:
-    # (first slot, first token, length): the step's slot mapping (the slot of
-    # each new token) as runs of consecutive slots, the writes of the step.
-    write_runs: list[tuple[int, int, int]]
+    # The step's slot mapping on the device: the cache slot of each new
+    # token, in packed order (int64); and its first slot when the slots are
+    # consecutive (written as one slice), else None.
+    slot_mapping: torch.Tensor
+    first_slot: int | None
     requests: list[RequestSlice]  # the requests after the decode group
     kv_caches: list[tuple[torch.Tensor, torch.Tensor]]  # per layer
     block_size: int
@@ -123,9 +125,10 @@ def make_step(requests, block_size, kv_caches, device, host_ints=()):
     max_blocks = max((len(t) for t in tables[:group]), default=0)
     padded = [b for t in tables[:group] for b in t + [0] * (max_blocks - len(t))]
     host_ints = list(host_ints)
-    flat = torch.tensor(host_ints + padded + [b for t in tables[group:] for b in t],
+    flat = torch.tensor(host_ints + slots + padded + [b for t in tables[group:] for b in t],
                         dtype=torch.long).to(device)
-    at = len(host_ints)
+    slot_mapping = flat[len(host_ints):len(host_ints) + len(slots)]
+    at = len(host_ints) + len(slots)
     decode = None
     if group:
         lengths = torch.tensor([span[2] for span in spans[:group]])
@@ -139,7 +142,9 @@ def make_step(requests, block_size, kv_caches, device, host_ints=()):
         slices.append(RequestSlice(query_start, query_len, context_len,
                                    flat[at:at + len(table)], mask))
         at += len(table)
-    batch = StepBatch(write_runs=slot_runs(slots), requests=slices, kv_caches=kv_caches,
+    consecutive = all(b == a + 1 for a, b in zip(slots, slots[1:]))
+    batch = StepBatch(slot_mapping=slot_mapping, first_slot=slots[0] if consecutive else None,
+                      requests=slices, kv_caches=kv_caches,
                       block_size=block_size, decode=decode,
                       max_context_len=max(span[2] for span in spans))
     return batch, flat[:len(host_ints)]
@@ -156,24 +161,18 @@ def causal_mask(query_len: int, context_len: int, device) -> torch.Tensor | None
     return (cols <= rows).to(device)
 
 
-def slot_runs(slots):
-    """``(first slot, first token, length)`` of each run of consecutive slots."""
-    runs = []
-    for token, slot in enumerate(slots):
-        if runs and runs[-1][0] + runs[-1][2] == slot:
-            first, start, length = runs[-1]
-            runs[-1] = (first, start, length + 1)
-        else:
-            runs.append((slot, token, 1))
-    return runs
-
-
-def write_kv(key_cache, value_cache, runs, key, value):
+def write_kv(key_cache, value_cache, batch, key, value):
     """Writes new tokens' keys and values ``[num_tokens, kv_heads, head]`` into
-    their slots of the cache, on the device: one copy per run of slots."""
-    for first, start, length in runs:
-        key_cache[first:first + length].copy_(key[start:start + length])
-        value_cache[first:first + length].copy_(value[start:start + length])
+    their slots of the cache, on the device: one copy each into a slice when
+    the slots are consecutive (cheaper than a program), else one scatter
+    each."""
+    if batch.first_slot is not None:
+        end = batch.first_slot + key.shape[0]
+        key_cache[batch.first_slot:end].copy_(key)
+        value_cache[batch.first_slot:end].copy_(value)
+        return
+    key_cache.index_copy_(0, batch.slot_mapping, key)
+    value_cache.index_copy_(0, batch.slot_mapping, value)
 
 
 def read_blocks(cache, block_table, block_size, context_len):
@@ -225,7 +224,7 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     key_cache, value_cache = batch.kv_caches[layer]
     new_keys = key[0].transpose(0, 1)
     new_values = value[0].transpose(0, 1)
-    write_kv(key_cache, value_cache, batch.write_runs, new_keys, new_values)
+    write_kv(key_cache, value_cache, batch, new_keys, new_values)
 
     if sliding_window is not None and batch.max_context_len > sliding_window:
         raise NotImplementedError(
