@@ -45,7 +45,9 @@ LiveAllocations& live_allocations() {
 
 void delete_allocation(void* context) {
   auto* allocation = static_cast<Allocation*>(context);
-  if (allocation->ptr != 0) {
+  // A child forked from a process that used the device inherits its tensors
+  // but not the device: their memory is the parent's, left alone.
+  if (allocation->ptr != 0 && !in_bad_fork()) {
     {
       LiveAllocations& live = live_allocations();
       const std::lock_guard<std::mutex> lock(live.mutex);

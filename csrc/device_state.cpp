@@ -1,6 +1,7 @@
 #include "device_state.h"
 
 #include <c10/util/Exception.h>
+#include <pthread.h>
 
 #include <array>
 #include <atomic>
@@ -32,6 +33,30 @@ StreamPool& stream_pool(c10::DeviceIndex index) {
   return pools[index];
 }
 
+std::atomic<bool> bad_fork{false};
+
+// Runs in the child of every fork(): a fork after a device was used leaves
+// the child a bad fork.
+void on_fork_child() {
+  for (const std::atomic<bool>& flag : initialized_flags()) {
+    if (flag.load()) bad_fork.store(true);
+  }
+}
+
+const bool fork_handler_registered = [] {
+  return pthread_atfork(nullptr, nullptr, &on_fork_child) == 0;
+}();
+
+void check_not_in_bad_fork() {
+  TORCH_CHECK(!bad_fork.load(),
+              "spyre: cannot re-initialize the spyre device in a forked "
+              "subprocess: this process used the device before fork(), and "
+              "the device's threads do not survive a fork. To use spyre with "
+              "multiprocessing, use the 'spawn' start method "
+              "(multiprocessing.set_start_method('spawn'), or "
+              "torch.multiprocessing.spawn)");
+}
+
 c10::Stream make_stream(c10::DeviceIndex index, uint64_t id) {
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(kSpyre, index),
                      static_cast<c10::StreamId>(id));
@@ -51,7 +76,10 @@ c10::Stream make_stream(c10::DeviceIndex index, uint64_t id) {
   }
 }
 
+bool in_bad_fork() { return bad_fork.load(); }
+
 rt::Runtime& runtime() {
+  check_not_in_bad_fork();
   return call_runtime([]() -> rt::Runtime& { return rt::Runtime::get(); });
 }
 

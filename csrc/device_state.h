@@ -31,6 +31,13 @@ c10::DeviceIndex resolve_device_index(c10::DeviceIndex index);
 // True once the runtime of `index` has been used (PyTorch's primary context).
 bool device_initialized(c10::DeviceIndex index);
 
+// True in a child forked after this process used a spyre device: the
+// device's worker threads did not survive the fork, so the child must not
+// touch it (PyTorch's "bad fork", as torch.cuda._is_in_bad_fork()). Every
+// use of the runtime raises then; freeing a tensor inherited from the
+// parent does nothing.
+bool in_bad_fork();
+
 c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
 

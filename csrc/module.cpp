@@ -181,6 +181,7 @@ void bind_device(py::module_& m) {
   m.def("set_device", [](c10::DeviceIndex i) { glue::set_current_device(i); });
   m.def("is_initialized",
         [](c10::DeviceIndex i) { return glue::device_initialized(i); });
+  m.def("_is_in_bad_fork", [] { return glue::in_bad_fork(); });
   m.def(
       "synchronize",
       [](c10::DeviceIndex i) {

@@ -43,15 +43,20 @@ def device_count():
 
 
 def is_initialized():
-    return any(_C.is_initialized(i) for i in range(_C.device_count()))
+    # As torch.cuda: a forked child of a process that used the device has
+    # no usable device, whatever it inherited.
+    return not _is_in_bad_fork() and any(
+        _C.is_initialized(i) for i in range(_C.device_count()))
+
+
+def _is_in_bad_fork():
+    """True in a child forked after this process used a spyre device; the
+    device cannot be used there (use the 'spawn' start method)."""
+    return _C._is_in_bad_fork()
 
 
 def init():
     _C._init()
-
-
-def _is_in_bad_fork():
-    return False
 
 
 def current_device():
