@@ -11,7 +11,11 @@
 namespace spyre::torch_glue {
 namespace {
 
+// Streams per device and priority that torch.spyre.Stream() and
+// getStreamFromPool hand out round robin, as CUDA's pools do: creating
+// streams never costs more than these (each is a worker thread).
 constexpr uint64_t kPoolStreamsPerDevice = 8;
+constexpr size_t kPriorities = 2;  // normal, high
 
 std::array<std::atomic<bool>, kMaxDevices>& initialized_flags() {
   static std::array<std::atomic<bool>, kMaxDevices> flags{};
@@ -28,9 +32,9 @@ struct StreamPool {
   std::atomic<uint64_t> next{0};
 };
 
-StreamPool& stream_pool(c10::DeviceIndex index) {
-  static std::array<StreamPool, kMaxDevices> pools;
-  return pools[index];
+StreamPool& stream_pool(c10::DeviceIndex index, bool high_priority) {
+  static std::array<std::array<StreamPool, kPriorities>, kMaxDevices> pools;
+  return pools[index][high_priority ? 1 : 0];
 }
 
 std::atomic<bool> bad_fork{false};
@@ -175,9 +179,9 @@ c10::Stream new_stream(c10::DeviceIndex index) {
       [&] { return make_stream(index, runtime().create_stream(index).id()); });
 }
 
-c10::Stream pool_stream(c10::DeviceIndex index) {
+c10::Stream pool_stream(c10::DeviceIndex index, bool high_priority) {
   index = resolve_device_index(index);
-  StreamPool& pool = stream_pool(index);
+  StreamPool& pool = stream_pool(index, high_priority);
   const uint64_t slot = pool.next.fetch_add(1) % kPoolStreamsPerDevice;
   std::lock_guard<std::mutex> lock(pool.mutex);
   while (pool.ids.size() <= slot) {

@@ -44,7 +44,10 @@ void set_current_device(c10::DeviceIndex index);
 c10::Stream current_stream(c10::DeviceIndex index);
 c10::Stream default_stream(c10::DeviceIndex index);
 c10::Stream new_stream(c10::DeviceIndex index);
-c10::Stream pool_stream(c10::DeviceIndex index);
+// One of a fixed set of streams per device and priority, round robin (what
+// torch.spyre.Stream() gets, as torch.cuda.Stream() does). The emulator
+// schedules both priorities alike.
+c10::Stream pool_stream(c10::DeviceIndex index, bool high_priority);
 // Sets the thread's current stream of the stream's device; returns the old.
 c10::Stream exchange_stream(c10::Stream stream);
 rt::Stream& runtime_stream(const c10::Stream& stream);

@@ -6,13 +6,12 @@
 
 #include "allocator.h"
 #include "device_state.h"
+#include "events.h"
 #include "factory.h"
 #include "spyre/runtime/stream.h"
 
 namespace spyre::torch_glue {
 namespace {
-
-rt::Event* as_event(void* handle) { return static_cast<rt::Event*>(handle); }
 
 class SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
  public:
@@ -46,12 +45,14 @@ class SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return default_stream(device.index());
   }
   c10::Stream getStreamFromGlobalPool(c10::Device device,
-                                      bool /*high_priority*/) const override {
-    return pool_stream(device.index());
+                                      bool high_priority) const override {
+    return pool_stream(device.index(), high_priority);
   }
-  c10::Stream getNewStream(c10::Device device,
-                           int /*priority*/) const override {
-    return new_stream(device.index());
+  // torch.Stream(device, priority): from the pool, as CUDA's streams are,
+  // so creating thousands of them costs no more threads than the pool has.
+  // A negative priority is a high one.
+  c10::Stream getNewStream(c10::Device device, int priority) const override {
+    return pool_stream(device.index(), priority < 0);
   }
   c10::Stream exchangeStream(c10::Stream stream) const override {
     return exchange_stream(stream);
@@ -79,32 +80,34 @@ class SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 int(stream.device_index()));
     rt::Stream& target = runtime_stream(stream);
     if (*event == nullptr) {
-      *event = new rt::Event(flag == c10::EventFlag::BACKEND_DEFAULT);
+      *event = create_event(flag == c10::EventFlag::BACKEND_DEFAULT);
     }
-    call_runtime([&] { as_event(*event)->record(target); });
+    rt::Event& recorded = event_of(*event, "record");
+    call_runtime([&] { recorded.record(target); });
   }
   void block(void* event, const c10::Stream& stream) const override {
     if (event == nullptr) return;
     rt::Stream& target = runtime_stream(stream);
-    call_runtime([&] { as_event(event)->block(target); });
+    rt::Event& waited = event_of(event, "wait");
+    call_runtime([&] { waited.block(target); });
   }
   bool queryEvent(void* event) const override {
     if (event == nullptr) return true;
-    return call_runtime([&] { return as_event(event)->query(); });
+    rt::Event& queried = event_of(event, "query");
+    return call_runtime([&] { return queried.query(); });
   }
   void synchronizeEvent(void* event) const override {
     if (event == nullptr) return;
-    call_runtime([&] { as_event(event)->synchronize(); });
+    rt::Event& waited = event_of(event, "synchronize");
+    call_runtime([&] { waited.synchronize(); });
   }
   void destroyEvent(void* event, c10::DeviceIndex) const noexcept override {
-    delete as_event(event);
+    destroy_event(event);
   }
   double elapsedTime(void* start, void* end, c10::DeviceIndex) const override {
-    TORCH_CHECK_VALUE(
-        start != nullptr && end != nullptr,
-        "spyre: both events must be recorded before elapsed_time");
-    return call_runtime(
-        [&] { return as_event(end)->elapsed_ms_since(*as_event(start)); });
+    const rt::Event& from = event_of(start, "elapsed_time");
+    const rt::Event& to = event_of(end, "elapsed_time");
+    return call_runtime([&] { return to.elapsed_ms_since(from); });
   }
 
   // torch.accelerator.get_device_capability: the dtypes a spyre tensor can

@@ -9,6 +9,7 @@
 #include "allocator.h"
 #include "device_state.h"
 #include "distributed/bindings.h"
+#include "events.h"
 #include "factory.h"
 #include "fallback_stats.h"
 #include "generator.h"
@@ -111,21 +112,15 @@ py::dict last_launch_stats(c10::DeviceIndex index) {
 }
 
 double device_elapsed_ms(int64_t start_id, int64_t end_id) {
-  TORCH_CHECK_VALUE(
-      start_id != 0 && end_id != 0,
-      "spyre: both events must be recorded before device_elapsed_time");
-  const auto* start = reinterpret_cast<const rt::Event*>(start_id);
-  const auto* end = reinterpret_cast<const rt::Event*>(end_id);
-  return glue::call_runtime(
-      [&] { return end->device_elapsed_ms_since(*start); });
+  const rt::Event& start = glue::event_of_id(start_id, "device_elapsed_time");
+  const rt::Event& end = glue::event_of_id(end_id, "device_elapsed_time");
+  return glue::call_runtime([&] { return end.device_elapsed_ms_since(start); });
 }
 
 double host_elapsed_ms(int64_t start_id, int64_t end_id) {
-  TORCH_CHECK_VALUE(start_id != 0 && end_id != 0,
-                    "spyre: both events must be recorded before elapsed_time");
-  const auto* start = reinterpret_cast<const rt::Event*>(start_id);
-  const auto* end = reinterpret_cast<const rt::Event*>(end_id);
-  return glue::call_runtime([&] { return end->elapsed_ms_since(*start); });
+  const rt::Event& start = glue::event_of_id(start_id, "elapsed_time");
+  const rt::Event& end = glue::event_of_id(end_id, "elapsed_time");
+  return glue::call_runtime([&] { return end.elapsed_ms_since(start); });
 }
 
 glue::DeviceLayout default_layout(std::vector<int64_t> sizes,

@@ -95,7 +95,8 @@ def test_device_time_stats_accumulate_launches_and_copies():
     torch.spyre.reset_device_time_stats()
     assert torch.spyre.device_time_stats() == {
         "total_ns": 0.0, "launches": 0, "launch_ns": 0.0, "launch_dma_bytes": 0,
-        "copies": 0, "copy_ns": 0.0, "copy_bytes": 0}
+        "copies": 0, "copy_ns": 0.0, "copy_bytes": 0,
+        "link_transfers": 0, "link_ns": 0.0, "link_bytes": 0}
     x = torch.randn(64, 256, dtype=torch.float16).to("spyre")
     torch.spyre.synchronize()
     after_copy = torch.spyre.device_time_stats()

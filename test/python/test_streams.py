@@ -1,7 +1,11 @@
 """Streams and events: c10 streams backed by runtime streams."""
 
+import os
+
 import pytest
 import torch
+
+import torch_spyre
 
 
 def test_default_and_current_stream():
@@ -75,6 +79,59 @@ def test_elapsed_time_needs_timing():
     end.record()
     with pytest.raises((ValueError, RuntimeError)):
         start.elapsed_time(end)
+
+
+def test_thousands_of_streams_reuse_a_bounded_pool():
+    # As torch.cuda.Stream(): streams come from a fixed pool per device and
+    # priority, so creating many costs no more worker threads than it has.
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    torch.spyre.Stream(), torch.spyre.Stream(priority=-1)
+    before = threads()
+    ids = set()
+    for i in range(2000):
+        stream = torch.spyre.Stream(priority=-1 if i % 2 else 0)
+        ids.add(stream.stream_id)
+        with torch.spyre.stream(stream):
+            y = torch.full((4,), float(i), device="spyre") + 1
+    torch.spyre.synchronize()  # y was made on a side stream
+    assert torch.equal(y.cpu(), torch.full((4,), 2000.0))
+    assert len(ids) <= 16
+    assert threads() <= before + 16
+
+
+def test_forged_event_ids_are_refused():
+    for start, end in [(12345, 67890), (0, 0)]:
+        with pytest.raises(ValueError, match="spyre"):
+            torch_spyre._C.device_elapsed_ms(start, end)
+        with pytest.raises(ValueError, match="spyre"):
+            torch_spyre._C.host_elapsed_ms(start, end)
+
+
+def _read_on_a_busy_stream(record):
+    side = torch.spyre.Stream()
+    torch.spyre.synchronize()
+    x = torch.arange(65536.0).to("spyre")
+    torch.spyre.synchronize()
+    with torch.spyre.stream(side):
+        busy = torch.randn(512, 512, device="spyre")
+        for _ in range(4):
+            busy = busy @ busy  # keeps the side stream busy a while
+        y = x * 2
+    if record:
+        x.record_stream(side)
+    del x
+    # The same size on the default stream: x's block, were it free already.
+    torch.full((65536,), -1.0, device="spyre")
+    side.synchronize()
+    return y.cpu()
+
+
+def test_record_stream_keeps_memory_until_the_other_stream_read_it():
+    # Checked by value: the other stream's read sees x, not the values of a
+    # tensor that took x's memory too early.
+    assert torch.equal(_read_on_a_busy_stream(record=True), torch.arange(65536.0) * 2)
 
 
 def test_record_stream_keeps_memory_alive():
