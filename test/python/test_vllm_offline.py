@@ -138,6 +138,23 @@ def test_greedy_tokens_equal_transformers_on_the_cpu(arch, tmp_path):
     assert got == want
 
 
+@pytest.mark.parametrize("arch", ["mistral", "gemma2"])
+def test_sliding_window_attention_equals_transformers_on_the_cpu(arch, tmp_path):
+    # A window of 8 tokens, far shorter than the contexts: every layer with
+    # a sliding window (all of Mistral's, every other of Gemma2's) hides
+    # what lies before it, in prompts, chunks and decode steps alike.
+    path = write_tiny_model(arch, str(tmp_path / arch), sliding_window=8,
+                            attn_logit_softcapping=None, final_logit_softcapping=None)
+    prompts = prompts_of([3, 12, 30])
+    want = cpu_greedy(cpu_model(path), prompts)
+    llm = make_llm(path)
+    try:
+        got = spyre_generate(llm, prompts, greedy())
+    finally:
+        close(llm)
+    assert got == want
+
+
 def test_chunked_prefill_and_prefix_caching_as_scheduled(llama_dir):
     # Two prompts sharing a 32-token prefix (two whole blocks), 16 tokens
     # per step at most: the prompts are prefilled in chunks, and the second

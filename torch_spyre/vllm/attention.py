@@ -36,7 +36,7 @@ attention selector gets).
 
 import contextlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +60,17 @@ class RequestSlice:
     # [query_len, context_len] bool on the device when some context precedes
     # the new tokens and there are several of them; None otherwise.
     mask: torch.Tensor | None = None
+    # Sliding-window masks of this step, by window (made on first use).
+    window_masks: dict = field(default_factory=dict)
+
+    def window_mask(self, window: int, device) -> torch.Tensor:
+        """The bool mask [query_len, context_len] of a layer that attends
+        to its last ``window`` tokens only (True: may attend)."""
+        if window not in self.window_masks:
+            self.window_masks[window] = visible(
+                torch.arange(self.query_len) + self.context_len - self.query_len,
+                self.context_len, window).to(device)
+        return self.window_masks[window]
 
 
 @dataclass
@@ -76,6 +87,19 @@ class DecodeGroup:
     # [size, 1, 1, max_blocks * block_size] bool on the device: True up to
     # each request's context length.
     mask: torch.Tensor
+    block_size: int = 0
+    # Each request's context length (host), for sliding-window masks.
+    lengths: list = field(default_factory=list)
+    window_masks: dict = field(default_factory=dict)
+
+    def window_mask(self, window: int, device) -> torch.Tensor:
+        """The group's mask for a layer that attends to its last ``window``
+        tokens only: each request's one query is at its last position."""
+        if window not in self.window_masks:
+            positions = torch.tensor(self.lengths) - 1
+            mask = visible(positions, self.max_blocks * self.block_size, window)
+            self.window_masks[window] = mask.view(self.size, 1, 1, -1).to(device)
+        return self.window_masks[window]
 
 
 @dataclass
@@ -134,7 +158,8 @@ def make_step(requests, block_size, kv_caches, device, host_ints=()):
         lengths = torch.tensor([span[2] for span in spans[:group]])
         mask = torch.arange(max_blocks * block_size).unsqueeze(0) < lengths.unsqueeze(1)
         decode = DecodeGroup(size=group, block_tables=flat[at:at + len(padded)],
-                             max_blocks=max_blocks, mask=mask.view(group, 1, 1, -1).to(device))
+                             max_blocks=max_blocks, mask=mask.view(group, 1, 1, -1).to(device),
+                             lengths=lengths.tolist(), block_size=block_size)
         at += len(padded)
     slices = []
     for (query_start, query_len, context_len), table in zip(spans[group:], tables[group:]):
@@ -148,6 +173,15 @@ def make_step(requests, block_size, kv_caches, device, host_ints=()):
                       block_size=block_size, decode=decode,
                       max_context_len=max(span[2] for span in spans))
     return batch, flat[:len(host_ints)]
+
+
+def visible(positions: torch.Tensor, context_len: int, window: int) -> torch.Tensor:
+    """[len(positions), context_len] bool: key j is visible to a query at
+    position p when p - window < j <= p (transformers' sliding-window
+    causal rule)."""
+    cols = torch.arange(context_len).unsqueeze(0)
+    rows = positions.unsqueeze(1)
+    return (cols <= rows) & (cols > rows - window)
 
 
 def causal_mask(query_len: int, context_len: int, device) -> torch.Tensor | None:
@@ -226,15 +260,18 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     new_values = value[0].transpose(0, 1)
     write_kv(key_cache, value_cache, batch, new_keys, new_values)
 
-    if sliding_window is not None and batch.max_context_len > sliding_window:
-        raise NotImplementedError(
-            f"spyre_paged attention: sliding-window attention (window {sliding_window}) "
-            f"is not supported yet; this step has a context of {batch.max_context_len} tokens")
+    # A sliding window narrower than some context: masks that also hide
+    # what lies before each query's window (per layer: Gemma alternates).
+    window = sliding_window
+    if window is not None and batch.max_context_len <= window:
+        window = None
 
     # Pieces of the output [1, tokens, q_heads, head], in token order.
     outputs = []
     if batch.decode is not None:
-        outputs.append(attend_decode(query, key_cache, value_cache, batch.decode,
+        group = batch.decode
+        mask = group.mask if window is None else group.window_mask(window, query.device)
+        outputs.append(attend_decode(query, key_cache, value_cache, group, mask,
                                      batch.block_size, scaling))
     for req in batch.requests:
         q = query[:, :, req.query_start:req.query_start + req.query_len]
@@ -247,16 +284,19 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
             values = read_blocks(value_cache, req.block_table, batch.block_size,
                                  req.context_len)
         causal = req.context_len == req.query_len and req.query_len > 1
-        outputs.append(attend(q, keys, values, req.mask, scaling, causal).transpose(1, 2))
+        mask = req.mask
+        if window is not None and req.context_len > window:
+            mask, causal = req.window_mask(window, query.device), False
+        outputs.append(attend(q, keys, values, mask, scaling, causal).transpose(1, 2))
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
     return out.contiguous(), None
 
 
-def attend_decode(query, key_cache, value_cache, group, block_size, scaling):
+def attend_decode(query, key_cache, value_cache, group, mask, block_size, scaling):
     """The decode group's attention in one batched program: each request's
     blocks (padded to the longest table) read with one index_select, its one
-    query against them under the group's length mask. ``[1, size, q_heads,
-    head]``."""
+    query against them under ``mask`` (the group's length mask, or its
+    sliding-window form). ``[1, size, q_heads, head]``."""
     rows, kv_heads, dim = key_cache.shape
     q_heads = query.shape[1]
     length = group.max_blocks * block_size
@@ -271,7 +311,7 @@ def attend_decode(query, key_cache, value_cache, group, block_size, scaling):
 
     q = query[0, :, :group.size].transpose(0, 1).unsqueeze(2)  # [size, q_heads, 1, head]
     out = F.scaled_dot_product_attention(q, gather(key_cache), gather(value_cache),
-                                         attn_mask=group.mask, scale=scaling)
+                                         attn_mask=mask, scale=scaling)
     return out.transpose(1, 2).reshape(1, group.size, q_heads, dim)
 
 

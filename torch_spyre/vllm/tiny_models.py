@@ -34,16 +34,19 @@ def write_tokenizer(directory, vocab_size):
     fast.save_pretrained(directory)
 
 
-def write_tiny_model(arch, directory, seed=0, dtype="float32"):
+def write_tiny_model(arch, directory, seed=0, dtype="float32", **config_overrides):
     """Writes the tiny ``arch`` (a transformers model type: llama, qwen2,
     qwen3, granite, gemma, ...) with weights from ``seed`` to ``directory``;
-    returns the directory."""
+    ``config_overrides`` set config fields (``sliding_window=8``). Returns
+    the directory."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from torch_spyre.models.configs import tiny_config
 
     config = tiny_config(arch)
+    for name, value in config_overrides.items():
+        setattr(config, name, value)
     config.dtype = dtype
     config.tie_word_embeddings = getattr(config, "tie_word_embeddings", False)
     torch.manual_seed(seed)
