@@ -219,7 +219,24 @@ def read_blocks(cache, block_table, block_size, context_len):
     return picked.reshape(-1, heads, dim)[:context_len]
 
 
-def attend(query, keys, values, mask, scaling, causal):
+def scaled_attention(query, keys, values, mask, scaling, causal=False, softcap=None):
+    """scaled_dot_product_attention, or with the scores soft-capped first
+    (Gemma 2: ``softcap * tanh(scores / softcap)``), in device ops."""
+    if softcap is None:
+        return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask,
+                                              is_causal=causal, scale=scaling)
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    scores = torch.matmul(query, keys.transpose(-1, -2)) * scale
+    scores = torch.tanh(scores / softcap) * softcap
+    if causal:
+        q_len, k_len = scores.shape[-2], scores.shape[-1]
+        mask = torch.ones(q_len, k_len, dtype=torch.bool).tril(k_len - q_len).to(query.device)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), values)
+
+
+def attend(query, keys, values, mask, scaling, causal, softcap=None):
     """``query [1, q_heads, q_len, head]`` against ``keys/values [ctx, kv_heads,
     head]``: ``[1, q_heads, q_len, head]``."""
     q_heads, kv_heads = query.shape[1], keys.shape[1]
@@ -234,8 +251,7 @@ def attend(query, keys, values, mask, scaling, causal):
         # the [..., 1, 1] probabilities times [..., 1, head] values that
         # scaled_dot_product_attention makes of it: csrc/ops/matmul.cpp.)
         return values.expand(query.shape[0], q_heads, query.shape[2], values.shape[-1])
-    return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask,
-                                          is_causal=causal, scale=scaling)
+    return scaled_attention(query, keys, values, mask, scaling, causal, softcap)
 
 
 def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
@@ -248,9 +264,6 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         raise RuntimeError("spyre_paged attention runs inside the vLLM spyre model runner "
                            "only (no step is set); load the model with another "
                            "attn_implementation to run it outside vLLM")
-    if softcap is not None:
-        raise NotImplementedError("spyre_paged attention: logit soft-capping is not supported "
-                                  "yet")
     if query.shape[0] != 1:
         raise ValueError("spyre_paged attention expects the step's tokens packed in one "
                          f"sequence (batch 1), got batch {query.shape[0]}")
@@ -272,7 +285,7 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         group = batch.decode
         mask = group.mask if window is None else group.window_mask(window, query.device)
         outputs.append(attend_decode(query, key_cache, value_cache, group, mask,
-                                     batch.block_size, scaling))
+                                     batch.block_size, scaling, softcap))
     for req in batch.requests:
         q = query[:, :, req.query_start:req.query_start + req.query_len]
         if req.context_len == req.query_len:
@@ -287,12 +300,13 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
         mask = req.mask
         if window is not None and req.context_len > window:
             mask, causal = req.window_mask(window, query.device), False
-        outputs.append(attend(q, keys, values, mask, scaling, causal).transpose(1, 2))
+        outputs.append(attend(q, keys, values, mask, scaling, causal, softcap).transpose(1, 2))
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
     return out.contiguous(), None
 
 
-def attend_decode(query, key_cache, value_cache, group, mask, block_size, scaling):
+def attend_decode(query, key_cache, value_cache, group, mask, block_size, scaling,
+                  softcap=None):
     """The decode group's attention in one batched program: each request's
     blocks (padded to the longest table) read with one index_select, its one
     query against them under ``mask`` (the group's length mask, or its
@@ -310,8 +324,8 @@ def attend_decode(query, key_cache, value_cache, group, mask, block_size, scalin
         return picked
 
     q = query[0, :, :group.size].transpose(0, 1).unsqueeze(2)  # [size, q_heads, 1, head]
-    out = F.scaled_dot_product_attention(q, gather(key_cache), gather(value_cache),
-                                         attn_mask=mask, scale=scaling)
+    out = scaled_attention(q, gather(key_cache), gather(value_cache), mask, scaling,
+                           softcap=softcap)
     return out.transpose(1, 2).reshape(1, group.size, q_heads, dim)
 
 

@@ -86,11 +86,6 @@ class SpyreModelRunner:
 
     def _check_supported(self, config):
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
-        softcap = getattr(text, "attn_logit_softcapping", None)
-        if softcap:
-            raise NotImplementedError(
-                f"spyre: {text.model_type} uses attention logit soft-capping, not supported "
-                "yet by the vLLM spyre platform")
         layers = self.model_config.get_num_layers(self.parallel_config)
         if getattr(text, "num_hidden_layers", layers) != layers:
             raise NotImplementedError("spyre: the model's layer count disagrees with vLLM's")
