@@ -89,6 +89,7 @@ py::dict device_properties(c10::DeviceIndex index) {
   out["total_memory"] = p.memory_bytes;
   out["clock_ghz"] = p.chip.costs.clock_ghz;
   out["timing_table_version"] = std::string(p.chip.costs.version);
+  out["launch_overhead_ns"] = p.chip.costs.launch_overhead_ns;
   out["card_link_gb_per_s"] = p.chip.costs.card_link_gb_per_s;
   out["card_link_latency_ns"] = p.chip.costs.card_link_latency_ns;
   return out;

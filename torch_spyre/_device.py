@@ -120,8 +120,9 @@ def is_bf16_supported(including_emulation=True):
 class _DeviceProperties:
     """name, backend, num_cores, scratchpad_bytes, scratchpad_reserve,
     stick_bytes, total_memory, clock_ghz, timing_table_version: the chip
-    facts the kernel builders and the compiler plan for; card_link_gb_per_s
-    and card_link_latency_ns: the modelled card-to-card link (peer copies,
+    facts the kernel builders and the compiler plan for; launch_overhead_ns
+    (the modelled fixed cost of a launch), card_link_gb_per_s and
+    card_link_latency_ns (the modelled card-to-card link: peer copies,
     collectives)."""
 
     def __init__(self, values):
