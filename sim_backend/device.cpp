@@ -1,5 +1,6 @@
 #include "device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -104,6 +105,67 @@ double SimDevice::copy_to_host_unpacked(rt::DevicePtr src, uint64_t bytes,
   if (bytes == 0) return 0;
   read(translate_copy(src, bytes, "copy_to_host_unpacked"), 0, bytes);
   return host_copy_ns(bytes, props_.chip.costs);
+}
+
+namespace {
+
+// Sticks the runs touch, each run counted on its own (a masked burst each):
+// what the memory moves for them.
+uint64_t sticks_touched(std::span<const rt::Device::CopyRun> runs) {
+  uint64_t sticks = 0;
+  for (const rt::Device::CopyRun& run : runs) {
+    if (run.bytes == 0) continue;
+    const uint64_t first = run.offset / rt::kStickBytes;
+    const uint64_t last = (run.offset + run.bytes - 1) / rt::kStickBytes;
+    sticks += last - first + 1;
+  }
+  return sticks;
+}
+
+}  // namespace
+
+// The host view of `base`, after checking that the span of all the runs lies
+// inside one live allocation.
+uint8_t* SimDevice::translate_runs(rt::DevicePtr base,
+                                   std::span<const CopyRun> runs,
+                                   const char* what) const {
+  uint64_t lo = UINT64_MAX;
+  uint64_t hi = 0;
+  for (const CopyRun& run : runs) {
+    if (run.bytes == 0) continue;
+    lo = std::min(lo, run.offset);
+    hi = std::max(hi, run.offset + run.bytes);
+  }
+  if (lo >= hi) return nullptr;
+  translate_copy(base + lo, hi - lo, what);
+  return memory_.host(base);
+}
+
+double SimDevice::copy_runs_to_device(rt::DevicePtr base,
+                                      std::span<const CopyRun> runs,
+                                      const void* src) {
+  uint8_t* to = translate_runs(base, runs, "copy_runs_to_device");
+  if (to == nullptr) return 0;
+  const auto* from = static_cast<const uint8_t*>(src);
+  for (const CopyRun& run : runs) {
+    std::memcpy(to + run.offset, from, run.bytes);
+    from += run.bytes;
+  }
+  return host_copy_ns(sticks_touched(runs) * rt::kStickBytes,
+                      props_.chip.costs);
+}
+
+double SimDevice::copy_runs_to_host(void* dst, rt::DevicePtr base,
+                                    std::span<const CopyRun> runs) {
+  const uint8_t* from = translate_runs(base, runs, "copy_runs_to_host");
+  if (from == nullptr) return 0;
+  auto* to = static_cast<uint8_t*>(dst);
+  for (const CopyRun& run : runs) {
+    std::memcpy(to, from + run.offset, run.bytes);
+    to += run.bytes;
+  }
+  return host_copy_ns(sticks_touched(runs) * rt::kStickBytes,
+                      props_.chip.costs);
 }
 
 std::unique_ptr<rt::Executable> SimDevice::prepare(const rt::Program& program,

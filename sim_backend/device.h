@@ -48,12 +48,21 @@ class SimDevice : public rt::Device {
   double copy_to_host_unpacked(rt::DevicePtr src, uint64_t bytes,
                                const ChunkReader& read) override;
 
+  // The runs' whole span is checked once, then each run is a masked write
+  // (read): a run that covers part of a stick costs that stick's time.
+  double copy_runs_to_device(rt::DevicePtr base, std::span<const CopyRun> runs,
+                             const void* src) override;
+  double copy_runs_to_host(void* dst, rt::DevicePtr base,
+                           std::span<const CopyRun> runs) override;
+
   std::unique_ptr<rt::Executable> prepare(const rt::Program& program,
                                           const rt::PatchPlan& plan) override;
   rt::LaunchStats execute(const rt::Executable& exe,
                           std::span<const rt::DevicePtr> addresses) override;
 
  private:
+  uint8_t* translate_runs(rt::DevicePtr base, std::span<const CopyRun> runs,
+                          const char* what) const;
   uint8_t* translate_copy(rt::DevicePtr ptr, uint64_t bytes,
                           const char* what) const;
   void check_accesses(const SimExecutable& exe,
