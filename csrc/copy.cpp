@@ -163,6 +163,12 @@ void wait_for(rt::Stream& stream) {
   call_runtime([&] { stream.synchronize(); });
 }
 
+// A wait Ctrl-C may end: only for work that keeps alive everything it
+// touches, since it runs on after the wait is abandoned.
+void wait_interruptibly(rt::Stream& stream) {
+  call_runtime([&] { stream.synchronize(interrupt_check()); });
+}
+
 // A CPU tensor reading or writing `view`'s elements inside `image`.
 at::Tensor view_in_image(const at::Tensor& view, const at::Tensor& image) {
   const int64_t elements = image.numel() / view.element_size();
@@ -304,7 +310,7 @@ void copy_to_host(const at::Tensor& src, const at::Tensor& dst,
   call_runtime([&] {
     stream.enqueue(counted_copy(layout->device_bytes(), std::move(work)));
   });
-  if (!async) wait_for(stream);
+  if (!async) wait_interruptibly(stream);
 }
 
 // Writes the values of `src` (a CPU tensor of dst's dtype and shape) into

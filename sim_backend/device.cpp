@@ -28,6 +28,10 @@ SimDevice::SimDevice(int index, uint64_t memory_bytes,
   }
   inline_cycles_ = env_integer("SPYRE_SIM_INLINE_CYCLES", kDefaultInlineCycles,
                                0, UINT64_MAX);
+  launch_limit_us_ = env_integer("SPYRE_SIM_LAUNCH_LIMIT_US",
+                                 kDefaultLaunchLimitUs, 1, UINT64_MAX / 1000);
+  watchdog_seconds_ = env_integer("SPYRE_SIM_WATCHDOG_S",
+                                  kDefaultWatchdogSeconds, 1, UINT32_MAX);
 }
 
 rt::DevicePtr SimDevice::allocate(uint64_t bytes) {
@@ -232,10 +236,26 @@ rt::LaunchStats SimDevice::execute(const rt::Executable& executable,
             "' got ", addresses.size(), " addresses for ",
             exe->relocations.size(), " relocations");
   check_accesses(*exe, addresses);
+  // The watchdog, as a GPU's: a launch of more modelled device time than the
+  // limit is refused before it runs (a valid program can repeat a transfer
+  // or an op for hours), one that runs too long on the host is aborted.
+  const double limit_ns = static_cast<double>(launch_limit_us_) * 1e3;
+  rt::check(exe->stats.time_ns <= limit_ns, rt::ErrorCode::kDeviceError,
+            "sim: launch of '", exe->name, "' would take ",
+            exe->stats.time_ns / 1e3,
+            " us of modelled device time, past the watchdog's limit of ",
+            launch_limit_us_,
+            " us per launch; it was refused and device memory left "
+            "unchanged. Split the work into smaller launches, or raise "
+            "SPYRE_SIM_LAUNCH_LIMIT_US");
+  const Watchdog watchdog{
+      std::chrono::steady_clock::now() +
+          std::chrono::seconds(static_cast<int64_t>(watchdog_seconds_)),
+      watchdog_seconds_};
   // A launch may run on several streams at once: each takes its own set.
   auto pads = take_scratchpads();
   try {
-    run_launch(*exe, addresses, memory_, *pads, inline_cycles_);
+    run_launch(*exe, addresses, memory_, *pads, inline_cycles_, watchdog);
   } catch (...) {
     return_scratchpads(std::move(pads));
     throw;

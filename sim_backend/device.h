@@ -83,6 +83,14 @@ class SimDevice : public rt::Device {
   // thread checks see every program).
   static constexpr uint64_t kDefaultInlineCycles = 16384;
   uint64_t inline_cycles_ = kDefaultInlineCycles;
+  // The watchdog (execute): no launch of the modelled chip comes near a
+  // second (a 4096^3 matmul models in milliseconds), so 10 s of modelled
+  // time is a runaway program; the host budget is far above the longest
+  // launch the tests and benchmarks emulate (seconds).
+  static constexpr uint64_t kDefaultLaunchLimitUs = 10'000'000;
+  static constexpr uint64_t kDefaultWatchdogSeconds = 300;
+  uint64_t launch_limit_us_ = kDefaultLaunchLimitUs;
+  uint64_t watchdog_seconds_ = kDefaultWatchdogSeconds;
   std::mutex pads_mutex_;
   std::vector<std::unique_ptr<Scratchpads>> free_pads_;
 };

@@ -6,6 +6,7 @@
 // queues with the ordering and timing rules PyTorch expects.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,6 +67,15 @@ class Queue {
   virtual void submit(Work work) = 0;
   // Blocks until all submitted work has run.
   virtual void wait_idle() = 0;
+  // As wait_idle(), but gives up after `timeout`: true when all work has run
+  // (errors rethrown as by wait_idle()), false when some is still running.
+  // Waits that must stay interruptible (Ctrl-C) wait in slices of this. The
+  // default waits with no timeout.
+  virtual bool wait_idle_for(std::chrono::nanoseconds timeout) {
+    (void)timeout;
+    wait_idle();
+    return true;
+  }
   virtual bool idle() = 0;
 };
 
