@@ -2,12 +2,16 @@
 # fresh machine `make run` and `make test` are all a user types.
 #   make run     set up, build, run the main job on the emulated device
 #   make test    set up, build, run every test (format, GoogleTest, pytest,
-#                the upstream test relay, and the C++ tests under ASan+UBSan
-#                and TSan)
+#                the upstream test relay, the C++ tests under ASan+UBSan
+#                and TSan, and each fuzz target for FUZZ_SECONDS)
 #   make bench   run every benchmark; one JSON file each in bench-results/
 #   make sweep   run every text architecture of transformers (tiny seeded
 #                configs) on spyre against the CPU, eager/strict/compiled/
 #                generate; sweep-results/sweep.json, sweep.md and a plot
+#   make fuzz    each libFuzzer target (clang) for FUZZ_SECONDS from the kept
+#                corpus; fails on any finding
+#   make fuzz-corpus  runs `make fuzz`, then keeps the inputs that found new
+#                coverage in the corpus (commit them)
 #   make asan / make tsan / make format / make format-check / make clean
 
 PYTHON ?= python3
@@ -18,7 +22,7 @@ SETUP_STAMP := $(BUILD_DIR)/.setup-done
 CXX_SOURCES = $(shell git ls-files '*.cpp' '*.h' 2>/dev/null)
 
 .PHONY: all setup build python run test test-cpp test-python test-relay bench sweep asan tsan \
-        format format-check clean
+        fuzz fuzz-corpus format format-check clean
 
 all: build
 
@@ -54,7 +58,7 @@ test-relay: python
 	$(PYTHON) -m torch_spyre.testing run --config test/relay/spyre.yaml \
 	  --report-dir test-results
 
-test: format-check test-cpp test-python test-relay asan tsan
+test: format-check test-cpp test-python test-relay asan tsan fuzz
 
 # Sanitizer builds run the C++ tests only (the Python extension would need a
 # sanitized interpreter). Each keeps its own build directory.
@@ -72,6 +76,34 @@ tsan: setup
 	TSAN_OPTIONS=halt_on_error=1 SPYRE_SIM_MEMORY_GB=16 SPYRE_SIM_INLINE_CYCLES=0 \
 	  ctest --test-dir build-tsan --output-on-failure -j $(JOBS)
 
+# Coverage-guided fuzzing (clang's libFuzzer, with ASan+UBSan). Each target
+# starts from its kept corpus (read only) and writes what it finds to a
+# scratch directory; a crash, leak, timeout or sanitizer report fails the
+# run and leaves the input in $(FUZZ_DIR) (crash-*, timeout-*).
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS = program_loader_fuzzer:test/data/program_corpus
+
+fuzz: setup
+	cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSPYRE_WERROR=ON \
+	  -DSPYRE_BUILD_BENCHMARKS=OFF -DSPYRE_BUILD_FUZZERS=ON
+	@set -e; for entry in $(FUZZ_TARGETS); do \
+	  target=$${entry%%:*}; corpus=$${entry#*:}; \
+	  cmake --build $(FUZZ_DIR) -j $(JOBS) --target $$target; \
+	  rm -rf $(FUZZ_DIR)/found-$$target; mkdir -p $(FUZZ_DIR)/found-$$target; \
+	  echo "fuzz: $$target for $(FUZZ_SECONDS) s from $$corpus"; \
+	  (cd $(FUZZ_DIR) && ./bin/$$target -max_total_time=$(FUZZ_SECONDS) \
+	    -timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+	    found-$$target $(CURDIR)/$$corpus); \
+	done
+
+fuzz-corpus: fuzz
+	@set -e; for entry in $(FUZZ_TARGETS); do \
+	  target=$${entry%%:*}; corpus=$${entry#*:}; \
+	  $(FUZZ_DIR)/bin/$$target -merge=1 $$corpus $(FUZZ_DIR)/found-$$target; \
+	done
+
 bench: python
 	@mkdir -p bench-results
 	$(PYTHON) benchmarks/run_all.py --build-dir $(BUILD_DIR) --out bench-results
@@ -88,4 +120,4 @@ format-check: setup
 	clang-format --dry-run -Werror $(CXX_SOURCES)
 
 clean:
-	rm -rf $(BUILD_DIR) build-asan build-tsan bench-results test-results
+	rm -rf $(BUILD_DIR) build-asan build-tsan $(FUZZ_DIR) bench-results test-results

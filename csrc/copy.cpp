@@ -163,6 +163,12 @@ void wait_for(rt::Stream& stream) {
   call_runtime([&] { stream.synchronize(); });
 }
 
+// A wait Ctrl-C may end: only for work that keeps alive everything it
+// touches, since it runs on after the wait is abandoned.
+void wait_interruptibly(rt::Stream& stream) {
+  call_runtime([&] { stream.synchronize(interrupt_check()); });
+}
+
 // A CPU tensor reading or writing `view`'s elements inside `image`.
 at::Tensor view_in_image(const at::Tensor& view, const at::Tensor& image) {
   const int64_t elements = image.numel() / view.element_size();
@@ -171,7 +177,24 @@ at::Tensor view_in_image(const at::Tensor& view, const at::Tensor& image) {
       .as_strided(view.sizes(), view.strides(), view.storage_offset());
 }
 
-// Device -> host into a CPU tensor of the same dtype and shape.
+// Where `view`'s elements live in its storage's device buffer, in the
+// view's row-major order (kernels::view_runs), shared with queued work.
+using Runs = std::vector<rt::Device::CopyRun>;
+std::shared_ptr<const Runs> runs_of(const at::Tensor& view) {
+  try {
+    return std::make_shared<const Runs>(
+        kernels::view_runs(tensor_layout(view), view.sizes(), view.strides(),
+                           view.storage_offset()));
+  } catch (const std::invalid_argument& error) {
+    TORCH_CHECK_INDEX(false, "spyre: ", error.what());
+  }
+}
+
+// A view read from the device by its own bytes when it is this small a part
+// of its storage (in bytes); a larger one through the whole image, which
+// converts in one pass rather than one run at a time.
+constexpr int64_t kRunsReadFraction = 64;
+
 // What a queued copy needs of a tensor without holding the tensor itself:
 // work can finish on the queue's thread after Python dropped the tensor, and
 // releasing a Python-owned tensor there would need the GIL.
@@ -246,21 +269,38 @@ void copy_to_host(const at::Tensor& src, const at::Tensor& dst,
   const rt::DevicePtr ptr = allocation.ptr;
   const bool straight = covers_storage(src) && dst.is_contiguous() &&
                         dst.nbytes() == storage.nbytes();
+  // A small view (x[5].item() of a large tensor) reads only its own bytes.
+  const std::shared_ptr<const Runs> runs =
+      !straight && static_cast<int64_t>(src.nbytes()) * kRunsReadFraction <=
+                       static_cast<int64_t>(storage.nbytes())
+          ? runs_of(src)
+          : nullptr;
   // The work keeps both storages alive until it has run.
   const c10::Storage dst_storage = dst.storage();
-  auto work = [device, layout, ptr, storage, dst_storage, straight,
+  auto work = [device, layout, ptr, storage, dst_storage, straight, runs,
                src_geometry = Geometry(src), dst_geometry = Geometry(dst),
                dst_data = static_cast<uint8_t*>(dst.data_ptr())]() {
     if (straight) return download_image(*device, ptr, *layout, dst_data);
+    const int64_t dst_elements = static_cast<int64_t>(
+        dst_storage.nbytes() / c10::elementSize(dst_geometry.dtype));
+    const at::Tensor to =
+        dst_geometry.over(dst_storage.mutable_data(), dst_elements);
+    if (runs) {
+      // The view's values in its row-major order, then into dst's places.
+      const std::shared_ptr<Bytes> values =
+          staging_buffer(static_cast<size_t>(to.numel()) * to.element_size());
+      const double ns = device->copy_runs_to_host(values->data(), ptr, *runs);
+      to.copy_(at::from_blob(values->data(), to.sizes(),
+                             at::TensorOptions().dtype(src_geometry.dtype)));
+      return ns;
+    }
     // A view: the whole image, then the view's elements from it.
     const std::shared_ptr<Bytes> image = staging_buffer(storage.nbytes());
     const double ns = download_image(*device, ptr, *layout, image->data());
     const int64_t element = c10::elementSize(src_geometry.dtype);
     const at::Tensor from = src_geometry.over(
         image->data(), static_cast<int64_t>(image->size()) / element);
-    const int64_t dst_elements = static_cast<int64_t>(
-        dst_storage.nbytes() / c10::elementSize(dst_geometry.dtype));
-    dst_geometry.over(dst_storage.mutable_data(), dst_elements).copy_(from);
+    to.copy_(from);
     return ns;
   };
   rt::Stream& stream = stream_of(allocation.device);
@@ -270,6 +310,30 @@ void copy_to_host(const at::Tensor& src, const at::Tensor& dst,
   call_runtime([&] {
     stream.enqueue(counted_copy(layout->device_bytes(), std::move(work)));
   });
+  if (!async) wait_interruptibly(stream);
+}
+
+// Writes the values of `src` (a CPU tensor of dst's dtype and shape) into
+// `dst`, a view of part of its storage, touching only the view's bytes: the
+// rest of the storage may be written meanwhile by other threads, streams or
+// kernels, and a write-back of the whole image would undo their writes.
+// Asynchronous only for a non_blocking copy from pinned memory.
+void write_view(const at::Tensor& src, const at::Tensor& dst,
+                bool non_blocking) {
+  const Allocation& allocation = allocation_of(dst.storage());
+  const std::shared_ptr<const Runs> runs = runs_of(dst);
+  const at::Tensor values = src.contiguous();  // the view's row-major order
+  const bool async =
+      non_blocking &&
+      at::detail::getPrivateUse1Hooks().isPinnedPtr(values.data_ptr());
+  rt::Device* device = &runtime_device(allocation.device);
+  auto work = [device, ptr = allocation.ptr, runs, storage = dst.storage(),
+               data = values.data_ptr(), values_owner = hold(values)]() {
+    return device->copy_runs_to_device(ptr, *runs, data);
+  };
+  rt::Stream& stream = stream_of(allocation.device);
+  call_runtime(
+      [&] { stream.enqueue(counted_copy(values.nbytes(), std::move(work))); });
   if (!async) wait_for(stream);
 }
 
@@ -289,10 +353,7 @@ void copy_from_host(const at::Tensor& src, const at::Tensor& dst,
                  async ? hold(image) : nullptr, !async);
     return;
   }
-  at::Tensor image = host_image(dst.storage());
-  view_in_image(dst, image).copy_(src);
-  upload_image(dst.storage(), image.data_ptr<uint8_t>(),
-               non_blocking ? hold(image) : nullptr, !non_blocking);
+  write_view(src, dst, non_blocking);
 }
 
 bool same_device_raw_copy(const at::Tensor& src, const at::Tensor& dst) {

@@ -87,6 +87,18 @@ rt::Runtime& runtime() {
   return call_runtime([]() -> rt::Runtime& { return rt::Runtime::get(); });
 }
 
+namespace {
+rt::WaitCheck& interrupt_check_slot() {
+  static rt::WaitCheck check;
+  return check;
+}
+}  // namespace
+
+const rt::WaitCheck& interrupt_check() { return interrupt_check_slot(); }
+void set_interrupt_check(rt::WaitCheck check) {
+  interrupt_check_slot() = std::move(check);
+}
+
 c10::DeviceIndex device_count() noexcept {
   try {
     const int count = rt::Runtime::get().device_count();

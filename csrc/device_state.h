@@ -14,6 +14,7 @@
 
 #include "spyre/runtime/error.h"
 #include "spyre/runtime/runtime.h"
+#include "spyre/runtime/stream.h"
 
 namespace spyre::torch_glue {
 
@@ -62,6 +63,14 @@ const rt::ChipFigures& device_chip(c10::DeviceIndex index);
 // c10::OutOfMemoryError (torch.OutOfMemoryError), InvalidArgument ->
 // c10::ValueError, anything else -> c10::Error (RuntimeError).
 [[noreturn]] void rethrow_as_torch_error(const rt::Error& error);
+
+// What the waits a user may want to end (synchronize, reading a result)
+// run every rt::kWaitSlice: the Python module sets it to raise a pending
+// Ctrl-C as KeyboardInterrupt, so a wait on a long launch ends at once (the
+// launch runs on; the sim watchdog bounds it). Empty until it is set, once,
+// when the module loads.
+const rt::WaitCheck& interrupt_check();
+void set_interrupt_check(rt::WaitCheck check);
 
 template <typename Fn>
 decltype(auto) call_runtime(Fn&& fn) {

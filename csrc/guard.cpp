@@ -65,11 +65,12 @@ class SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return call_runtime([&] { return runtime_stream(stream).query(); });
   }
   void synchronizeStream(const c10::Stream& stream) const override {
-    call_runtime([&] { runtime_stream(stream).synchronize(); });
+    call_runtime(
+        [&] { runtime_stream(stream).synchronize(interrupt_check()); });
   }
   void synchronizeDevice(c10::DeviceIndex index) const override {
     index = resolve_device_index(index);
-    call_runtime([&] { runtime().synchronize(index); });
+    call_runtime([&] { runtime().synchronize(index, interrupt_check()); });
   }
 
   void record(void** event, const c10::Stream& stream, c10::DeviceIndex index,
@@ -99,7 +100,7 @@ class SpyreGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeEvent(void* event) const override {
     if (event == nullptr) return;
     rt::Event& waited = event_of(event, "synchronize");
-    call_runtime([&] { waited.synchronize(); });
+    call_runtime([&] { waited.synchronize(interrupt_check()); });
   }
   void destroyEvent(void* event, c10::DeviceIndex) const noexcept override {
     destroy_event(event);

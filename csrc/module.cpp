@@ -182,7 +182,8 @@ void bind_device(py::module_& m) {
       "synchronize",
       [](c10::DeviceIndex i) {
         i = glue::resolve_device_index(i);
-        glue::call_runtime([&] { glue::runtime().synchronize(i); });
+        glue::call_runtime(
+            [&] { glue::runtime().synchronize(i, glue::interrupt_check()); });
       },
       py::call_guard<py::gil_scoped_release>());
   m.def("device_properties", &device_properties);
@@ -257,8 +258,23 @@ void bind_ops(py::module_& m) {
 
 }  // namespace
 
+namespace {
+
+// Runs a pending Ctrl-C's handler from a wait (the interpreter only runs it
+// between bytecodes, and the waiting thread is inside a call): the default
+// handler raises KeyboardInterrupt, which ends the wait. Other threads have
+// no signals to run.
+void raise_pending_signals() {
+  if (!Py_IsInitialized()) return;
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+}
+
+}  // namespace
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_spyre native glue";
+  glue::set_interrupt_check(&raise_pending_signals);
   // The program format's stick (every device's unit of transfer and layout).
   m.attr("STICK_BYTES") = rt::kStickBytes;
   py::register_exception_translator(&translate_exceptions);

@@ -2,10 +2,12 @@
 //
 // A spyre storage's bytes, as PyTorch sees them, form its host image: a flat
 // byte array of storage.nbytes(). On the device the image is kept in the
-// storage's stick layout (allocator.h). Reading a view converts the whole
-// layout to the image once and reads the view from it on the host; writing a
-// view that does not cover its storage reads the image, writes the view into
-// it and writes the image back (so padding and neighbouring data survive).
+// storage's stick layout (allocator.h). Writing a view that does not cover
+// its storage writes only the view's own bytes (Device::copy_runs_to_device),
+// so padding and what other threads or streams write to the rest survive;
+// reading one reads its own bytes when it is a small part of the storage,
+// else converts the whole layout to the image once and reads the view from
+// it on the host.
 #pragma once
 
 #include <ATen/core/Tensor.h>

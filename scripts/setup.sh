@@ -4,7 +4,8 @@
 set -euo pipefail
 
 PYTHON=${PYTHON:-python3}
-DEBIAN_PACKAGES=(cmake ninja-build ccache g++ clang-format googletest
+# clang builds the libFuzzer targets (make fuzz).
+DEBIAN_PACKAGES=(cmake ninja-build ccache g++ clang clang-format googletest
                  libgtest-dev libgmock-dev libopenblas-dev)
 
 missing=()

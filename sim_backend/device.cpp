@@ -1,5 +1,6 @@
 #include "device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -27,6 +28,10 @@ SimDevice::SimDevice(int index, uint64_t memory_bytes,
   }
   inline_cycles_ = env_integer("SPYRE_SIM_INLINE_CYCLES", kDefaultInlineCycles,
                                0, UINT64_MAX);
+  launch_limit_us_ = env_integer("SPYRE_SIM_LAUNCH_LIMIT_US",
+                                 kDefaultLaunchLimitUs, 1, UINT64_MAX / 1000);
+  watchdog_seconds_ = env_integer("SPYRE_SIM_WATCHDOG_S",
+                                  kDefaultWatchdogSeconds, 1, UINT32_MAX);
 }
 
 rt::DevicePtr SimDevice::allocate(uint64_t bytes) {
@@ -106,6 +111,67 @@ double SimDevice::copy_to_host_unpacked(rt::DevicePtr src, uint64_t bytes,
   return host_copy_ns(bytes, props_.chip.costs);
 }
 
+namespace {
+
+// Sticks the runs touch, each run counted on its own (a masked burst each):
+// what the memory moves for them.
+uint64_t sticks_touched(std::span<const rt::Device::CopyRun> runs) {
+  uint64_t sticks = 0;
+  for (const rt::Device::CopyRun& run : runs) {
+    if (run.bytes == 0) continue;
+    const uint64_t first = run.offset / rt::kStickBytes;
+    const uint64_t last = (run.offset + run.bytes - 1) / rt::kStickBytes;
+    sticks += last - first + 1;
+  }
+  return sticks;
+}
+
+}  // namespace
+
+// The host view of `base`, after checking that the span of all the runs lies
+// inside one live allocation.
+uint8_t* SimDevice::translate_runs(rt::DevicePtr base,
+                                   std::span<const CopyRun> runs,
+                                   const char* what) const {
+  uint64_t lo = UINT64_MAX;
+  uint64_t hi = 0;
+  for (const CopyRun& run : runs) {
+    if (run.bytes == 0) continue;
+    lo = std::min(lo, run.offset);
+    hi = std::max(hi, run.offset + run.bytes);
+  }
+  if (lo >= hi) return nullptr;
+  translate_copy(base + lo, hi - lo, what);
+  return memory_.host(base);
+}
+
+double SimDevice::copy_runs_to_device(rt::DevicePtr base,
+                                      std::span<const CopyRun> runs,
+                                      const void* src) {
+  uint8_t* to = translate_runs(base, runs, "copy_runs_to_device");
+  if (to == nullptr) return 0;
+  const auto* from = static_cast<const uint8_t*>(src);
+  for (const CopyRun& run : runs) {
+    std::memcpy(to + run.offset, from, run.bytes);
+    from += run.bytes;
+  }
+  return host_copy_ns(sticks_touched(runs) * rt::kStickBytes,
+                      props_.chip.costs);
+}
+
+double SimDevice::copy_runs_to_host(void* dst, rt::DevicePtr base,
+                                    std::span<const CopyRun> runs) {
+  const uint8_t* from = translate_runs(base, runs, "copy_runs_to_host");
+  if (from == nullptr) return 0;
+  auto* to = static_cast<uint8_t*>(dst);
+  for (const CopyRun& run : runs) {
+    std::memcpy(to, from + run.offset, run.bytes);
+    to += run.bytes;
+  }
+  return host_copy_ns(sticks_touched(runs) * rt::kStickBytes,
+                      props_.chip.costs);
+}
+
 std::unique_ptr<rt::Executable> SimDevice::prepare(const rt::Program& program,
                                                    const rt::PatchPlan& plan) {
   auto exe = std::make_unique<SimExecutable>(program, plan);
@@ -170,10 +236,26 @@ rt::LaunchStats SimDevice::execute(const rt::Executable& executable,
             "' got ", addresses.size(), " addresses for ",
             exe->relocations.size(), " relocations");
   check_accesses(*exe, addresses);
+  // The watchdog, as a GPU's: a launch of more modelled device time than the
+  // limit is refused before it runs (a valid program can repeat a transfer
+  // or an op for hours), one that runs too long on the host is aborted.
+  const double limit_ns = static_cast<double>(launch_limit_us_) * 1e3;
+  rt::check(exe->stats.time_ns <= limit_ns, rt::ErrorCode::kDeviceError,
+            "sim: launch of '", exe->name, "' would take ",
+            exe->stats.time_ns / 1e3,
+            " us of modelled device time, past the watchdog's limit of ",
+            launch_limit_us_,
+            " us per launch; it was refused and device memory left "
+            "unchanged. Split the work into smaller launches, or raise "
+            "SPYRE_SIM_LAUNCH_LIMIT_US");
+  const Watchdog watchdog{
+      std::chrono::steady_clock::now() +
+          std::chrono::seconds(static_cast<int64_t>(watchdog_seconds_)),
+      watchdog_seconds_};
   // A launch may run on several streams at once: each takes its own set.
   auto pads = take_scratchpads();
   try {
-    run_launch(*exe, addresses, memory_, *pads, inline_cycles_);
+    run_launch(*exe, addresses, memory_, *pads, inline_cycles_, watchdog);
   } catch (...) {
     return_scratchpads(std::move(pads));
     throw;

@@ -48,12 +48,21 @@ class SimDevice : public rt::Device {
   double copy_to_host_unpacked(rt::DevicePtr src, uint64_t bytes,
                                const ChunkReader& read) override;
 
+  // The runs' whole span is checked once, then each run is a masked write
+  // (read): a run that covers part of a stick costs that stick's time.
+  double copy_runs_to_device(rt::DevicePtr base, std::span<const CopyRun> runs,
+                             const void* src) override;
+  double copy_runs_to_host(void* dst, rt::DevicePtr base,
+                           std::span<const CopyRun> runs) override;
+
   std::unique_ptr<rt::Executable> prepare(const rt::Program& program,
                                           const rt::PatchPlan& plan) override;
   rt::LaunchStats execute(const rt::Executable& exe,
                           std::span<const rt::DevicePtr> addresses) override;
 
  private:
+  uint8_t* translate_runs(rt::DevicePtr base, std::span<const CopyRun> runs,
+                          const char* what) const;
   uint8_t* translate_copy(rt::DevicePtr ptr, uint64_t bytes,
                           const char* what) const;
   void check_accesses(const SimExecutable& exe,
@@ -74,6 +83,14 @@ class SimDevice : public rt::Device {
   // thread checks see every program).
   static constexpr uint64_t kDefaultInlineCycles = 16384;
   uint64_t inline_cycles_ = kDefaultInlineCycles;
+  // The watchdog (execute): no launch of the modelled chip comes near a
+  // second (a 4096^3 matmul models in milliseconds), so 10 s of modelled
+  // time is a runaway program; the host budget is far above the longest
+  // launch the tests and benchmarks emulate (seconds).
+  static constexpr uint64_t kDefaultLaunchLimitUs = 10'000'000;
+  static constexpr uint64_t kDefaultWatchdogSeconds = 300;
+  uint64_t launch_limit_us_ = kDefaultLaunchLimitUs;
+  uint64_t watchdog_seconds_ = kDefaultWatchdogSeconds;
   std::mutex pads_mutex_;
   std::vector<std::unique_ptr<Scratchpads>> free_pads_;
 };

@@ -3,6 +3,7 @@
 // a short list of vector steps (kernels/elementwise.h) computed in fp32 for
 // floating types (int64 for integers) and rounded once to the result dtype.
 // Dtypes the device cannot compute go to the counted CPU fallback.
+#include <ATen/Dispatch.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/BinaryOps.h>
@@ -289,6 +290,25 @@ void check_arguments(const Family& family, const Call& call) {
   }
 }
 
+// Scalar clamp bounds convert to an integer common dtype with PyTorch's
+// overflow check, as its CPU kernel converts them: uint8 takes -5 (as 251)
+// but not 300 or -300. Other scalars wrap (compute_scalar).
+void check_clamp_bounds(const Family& family, const Call& call,
+                        at::ScalarType common) {
+  const bool clamp = family.shape == Shape::kClamp ||
+                     family.shape == Shape::kClampMin ||
+                     family.shape == Shape::kClampMax;
+  if (!clamp || !at::isIntegralType(common, /*includeBool=*/false)) return;
+  for (size_t i = 1; i < call.inputs.size(); ++i) {
+    const at::Tensor& bound = call.inputs[i];
+    if (!bound.defined() || !bound.unsafeGetTensorImpl()->is_wrapped_number())
+      continue;
+    AT_DISPATCH_INTEGRAL_TYPES(common, "spyre_clamp_bound", [&] {
+      (void)bound.item().to<scalar_t>();  // raises on overflow
+    });
+  }
+}
+
 // On bool operands mul, minimum and maximum are logical and, and, or (as
 // PyTorch computes them; masks are multiplied, e.g. in isfinite).
 std::optional<VecOp> bool_logic(VecOp op) {
@@ -445,6 +465,7 @@ void elementwise_kernel(const c10::OperatorHandle& handle,
   if (!device_ok) return cpu_fallback(handle, stack);
   check_arguments(*family, call);
   const at::ScalarType common = common_dtype(*family, call);
+  check_clamp_bounds(*family, call, common);
   if (!device_computes(*family, call, common)) {
     return cpu_fallback(handle, stack);
   }

@@ -1,5 +1,7 @@
 #include "ops/elementwise_steps.h"
 
+#include <ATen/Dispatch.h>
+
 #include "ops/launch.h"
 
 namespace spyre::torch_glue::ops {
@@ -31,8 +33,17 @@ double compute_scalar(const at::Scalar& value, at::ScalarType common) {
     case at::kBool:
       return value.to<bool>() ? 1 : 0;
     default:
-      return static_cast<double>(value.to<int64_t>());
+      break;
   }
+  // An integer scalar wraps into the common dtype as TensorIterator casts it
+  // (uint8: -1 is 255, -3 is 253, 300 is 44), and only then widens: the
+  // device computes in int64, where -5 would stay -5.
+  double wrapped = 0;
+  AT_DISPATCH_INTEGRAL_TYPES(common, "spyre_compute_scalar", [&] {
+    wrapped = static_cast<double>(
+        static_cast<scalar_t>(static_cast<uint64_t>(value.to<int64_t>())));
+  });
+  return wrapped;
 }
 
 double compute_parameter(const at::Scalar& value, at::ScalarType common) {

@@ -360,14 +360,9 @@ at::Tensor empty_like_default(const at::Tensor& tensor) {
 
 void write_through_host(const at::Tensor& src, const at::Tensor& dst) {
   ++op_counters().host_materializations;
-  const at::Tensor values = src.cpu();
-  at::Tensor image = host_image(dst.storage());
-  const int64_t elements = image.numel() / dst.element_size();
-  at::from_blob(image.data_ptr(), {elements},
-                at::TensorOptions().dtype(dst.scalar_type()))
-      .as_strided(dst.sizes(), dst.strides(), dst.storage_offset())
-      .copy_(values);
-  write_image(dst.storage(), image.data_ptr<uint8_t>(), false);
+  // Only dst's own bytes are written (the rest of its storage may be
+  // written meanwhile on other streams).
+  copy_tensor(src.cpu(), dst, false);
 }
 
 // A device copy into a fresh tensor works when the copy kernel can read

@@ -77,6 +77,29 @@ double Device::copy_to_host_unpacked(DevicePtr src, uint64_t bytes,
   return ns;
 }
 
+double Device::copy_runs_to_device(DevicePtr base,
+                                   std::span<const CopyRun> runs,
+                                   const void* src) {
+  const auto* from = static_cast<const uint8_t*>(src);
+  double ns = 0;
+  for (const CopyRun& run : runs) {
+    ns += copy_to_device(base + run.offset, from, run.bytes);
+    from += run.bytes;
+  }
+  return ns;
+}
+
+double Device::copy_runs_to_host(void* dst, DevicePtr base,
+                                 std::span<const CopyRun> runs) {
+  auto* to = static_cast<uint8_t*>(dst);
+  double ns = 0;
+  for (const CopyRun& run : runs) {
+    ns += copy_to_host(to, base + run.offset, run.bytes);
+    to += run.bytes;
+  }
+  return ns;
+}
+
 double Device::copy_to_peer(Device& peer, DevicePtr dst, DevicePtr src,
                             uint64_t bytes) {
   if (bytes == 0) return 0;

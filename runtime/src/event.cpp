@@ -31,10 +31,16 @@ struct Record {
     completed.notify_all();
   }
 
-  void wait() {
+  void wait(const WaitCheck& check = {}) {
     if (done.load(std::memory_order_acquire)) return;
     std::unique_lock<std::mutex> lock(mutex);
-    completed.wait(lock, [this] { return done.load(); });
+    auto is_done = [this] { return done.load(); };
+    if (!check) return completed.wait(lock, is_done);
+    while (!completed.wait_for(lock, kWaitSlice, is_done)) {
+      lock.unlock();
+      check();
+      lock.lock();
+    }
   }
 };
 
@@ -87,10 +93,10 @@ bool Event::query() const {
   return !record || record->done.load(std::memory_order_acquire);
 }
 
-void Event::synchronize() const {
+void Event::synchronize(const WaitCheck& check) const {
   std::shared_ptr<Record> record = state_->current();
   if (!record) return;
-  record->wait();
+  record->wait(check);
   if (record->stream_error) std::rethrow_exception(record->stream_error);
 }
 

@@ -331,6 +331,10 @@ class Validator {
       limit = c.data.size();
       what = str("constant slot ", e.slot, " '", c.name, "'");
     }
+    // A saturated end (see saturate) is an access past 63-bit offsets: it
+    // would pass against a slot declared as large, and its range be empty.
+    require(e.hi < std::numeric_limits<int64_t>::max(), "device range of ",
+            what, " overflows 63-bit byte offsets");
     require(e.lo >= 0 && static_cast<uint64_t>(e.hi) <= limit, "device range [",
             e.lo, ", ", e.hi, ") leaves ", what, " of ", limit, " bytes");
   }

@@ -117,19 +117,30 @@ void Runtime::record_launch_stats(int device_index, const LaunchStats& stats) {
   slot.last_launch = stats;
 }
 
-void Runtime::synchronize(int device_index) {
+void Runtime::synchronize(int device_index, const WaitCheck& check) {
   PerDevice& slot = at(device_index);
   std::vector<Stream*> streams;
   {
     std::lock_guard<std::mutex> lock(slot.streams_mutex);
     for (const auto& stream : slot.streams) streams.push_back(stream.get());
   }
-  // Wait for all of them even if one failed, then report the first failure.
+  // Wait for all of them even if one failed, then report the first failure;
+  // but what `check` throws ends the wait.
+  bool checked_out = false;
+  const WaitCheck watched = !check ? WaitCheck() : [&] {
+    try {
+      check();
+    } catch (...) {
+      checked_out = true;
+      throw;
+    }
+  };
   std::exception_ptr first_error;
   for (Stream* stream : streams) {
     try {
-      stream->synchronize();
+      stream->synchronize(watched);
     } catch (...) {
+      if (checked_out) throw;
       if (!first_error) first_error = std::current_exception();
     }
   }

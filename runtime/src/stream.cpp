@@ -37,8 +37,12 @@ void Stream::enqueue(Work work) {
   });
 }
 
-void Stream::synchronize() {
-  queue_->wait_idle();
+void Stream::synchronize(const WaitCheck& check) {
+  if (check) {
+    while (!queue_->wait_idle_for(kWaitSlice)) check();
+  } else {
+    queue_->wait_idle();
+  }
   std::exception_ptr error;
   {
     std::lock_guard<std::mutex> lock(error_mutex_);

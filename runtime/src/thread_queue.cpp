@@ -28,6 +28,7 @@
 #include <exception>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -81,22 +82,10 @@ class ThreadQueue final : public Queue {
     if (wake) work_ready_.notify_one();
   }
 
-  void wait_idle() override {
-    check(std::this_thread::get_id() != worker_.get_id(),
-          ErrorCode::kInvalidArgument, "queue '", name_,
-          "': wait_idle() called from work running on the same queue would "
-          "wait for itself forever");
-    poll_until_idle();
-    std::exception_ptr error;
-    std::vector<Work> retired;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      became_idle_.wait(lock, [this] { return unfinished_ == 0; });
-      std::swap(error, error_);
-      retired.swap(retired_);
-    }
-    retired.clear();  // before rethrowing: nothing the work held outlives it
-    if (error) std::rethrow_exception(error);
+  void wait_idle() override { wait_idle_until(std::nullopt); }
+
+  bool wait_idle_for(std::chrono::nanoseconds timeout) override {
+    return wait_idle_until(std::chrono::steady_clock::now() + timeout);
   }
 
   bool idle() override {
@@ -144,6 +133,36 @@ class ThreadQueue final : public Queue {
       if (was_full) room_.notify_all();
       if (unfinished_ == 0) became_idle_.notify_all();
     }
+  }
+
+  // Waits until the queue is idle or `deadline` passed (none: no limit);
+  // true when idle, rethrowing the first error work raised since the last
+  // wait.
+  bool wait_idle_until(
+      std::optional<std::chrono::steady_clock::time_point> deadline) {
+    check(std::this_thread::get_id() != worker_.get_id(),
+          ErrorCode::kInvalidArgument, "queue '", name_,
+          "': wait_idle() called from work running on the same queue would "
+          "wait for itself forever");
+    poll_until_idle();
+    std::exception_ptr error;
+    std::vector<Work> retired;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      auto is_idle = [this] { return unfinished_ == 0; };
+      if (!deadline) {
+        became_idle_.wait(lock, is_idle);
+      } else if (!became_idle_.wait_until(lock, *deadline, is_idle)) {
+        retired.swap(retired_);
+        lock.unlock();
+        return false;  // `retired` is destroyed here, outside the lock
+      }
+      std::swap(error, error_);
+      retired.swap(retired_);
+    }
+    retired.clear();  // before rethrowing: nothing the work held outlives it
+    if (error) std::rethrow_exception(error);
+    return true;
   }
 
   // True when work arrived within the poll time (it may be taken already;

@@ -95,10 +95,11 @@ struct UndoEntry {
 class Launch {
  public:
   Launch(const SimExecutable& exe, std::span<const rt::DevicePtr> addresses,
-         DeviceMemory& memory, Scratchpads& pads)
+         DeviceMemory& memory, Scratchpads& pads, const Watchdog& watchdog)
       : exe_(exe),
         addresses_(addresses),
         memory_(memory),
+        watchdog_(watchdog),
         states_(exe.cores.size(), CoreState::kRunnable),
         pcs_(exe.cores.size(), 0),
         channels_(exe.channels.size()) {
@@ -186,6 +187,7 @@ class Launch {
         std::lock_guard lock(mutex_);
         if (error_) return false;
       }
+      check_watchdog(c);
       if (!step(c, insts[pcs_[c]])) return false;
       ++pcs_[c];
     }
@@ -193,6 +195,15 @@ class Launch {
   }
 
   CoreAt where(size_t c) const { return {exe_.cores[c].core, pcs_[c]}; }
+
+  void check_watchdog(size_t c) const {
+    rt::check(std::chrono::steady_clock::now() < watchdog_.deadline,
+              rt::ErrorCode::kDeviceError, "sim: launch of '", exe_.name,
+              "' ran past the watchdog's ", watchdog_.seconds,
+              " s of host time and was aborted at ", where(c),
+              "; what it stored so far is in device memory. Split the work "
+              "into smaller launches, or raise SPYRE_SIM_WATCHDOG_S");
+  }
 
   // The host bytes of the device extent of `d`'s relocation, checked to lie
   // in one live allocation; `base` receives the patched address.
@@ -227,8 +238,16 @@ class Launch {
     check_spad(c, x.spad, spad_hi, what);
     uint8_t* host = memory_.host(base);
     uint8_t* spad = spads_[c].data();
+    // The clock is read once per kWatchdogRuns runs: a transfer of many
+    // runs (a stride-0 repeat) can outlast the budget on its own.
+    constexpr uint32_t kWatchdogRuns = 4096;
+    uint32_t since_check = 0;
     for (uint32_t i2 = 0; i2 < x.count2; ++i2) {
       for (uint32_t i1 = 0; i1 < x.count1; ++i1) {
+        if (++since_check == kWatchdogRuns) {
+          since_check = 0;
+          check_watchdog(c);
+        }
         uint8_t* dram =
             host + int64_t{i2} * x.dram_stride2 + int64_t{i1} * x.dram_stride1;
         uint8_t* local = spad + x.spad + uint64_t{i2} * x.spad_stride2 +
@@ -367,6 +386,7 @@ class Launch {
   const SimExecutable& exe_;
   std::span<const rt::DevicePtr> addresses_;
   DeviceMemory& memory_;
+  const Watchdog& watchdog_;
   std::vector<std::span<uint8_t>> spads_;
 
   std::mutex mutex_;
@@ -382,8 +402,9 @@ class Launch {
 
 void run_launch(const SimExecutable& exe,
                 std::span<const rt::DevicePtr> addresses, DeviceMemory& memory,
-                Scratchpads& pads, uint64_t inline_cycles) {
-  Launch(exe, addresses, memory, pads).run(inline_cycles);
+                Scratchpads& pads, uint64_t inline_cycles,
+                const Watchdog& watchdog) {
+  Launch(exe, addresses, memory, pads, watchdog).run(inline_cycles);
 }
 
 }  // namespace spyre::sim

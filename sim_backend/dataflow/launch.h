@@ -14,6 +14,7 @@
 // buffered), so a later load in the same launch sees them.
 #pragma once
 
+#include <chrono>
 #include <span>
 
 #include "dataflow/executable.h"
@@ -23,8 +24,17 @@ namespace spyre::sim {
 
 struct Scratchpads;
 
+// The host-time watchdog: a launch still running at `deadline` is aborted
+// between instructions (and between runs of a long transfer) with a device
+// error; what it stored before stays in device memory.
+struct Watchdog {
+  std::chrono::steady_clock::time_point deadline;
+  uint64_t seconds = 0;  // the budget, for the message
+};
+
 void run_launch(const SimExecutable& exe,
                 std::span<const rt::DevicePtr> addresses, DeviceMemory& memory,
-                Scratchpads& pads, uint64_t inline_cycles);
+                Scratchpads& pads, uint64_t inline_cycles,
+                const Watchdog& watchdog);
 
 }  // namespace spyre::sim

@@ -440,5 +440,16 @@ TEST(Validate, HugeStridesDoNotWrapIntoRange) {
   EXPECT_THROW(validate(p, testing::test_limits()), Error);
 }
 
+TEST(Validate, AnAccessPast63BitOffsetsIsRefusedEvenInAHugeSlot) {
+  // Found by the loader fuzzer: an offset past 2^63 saturates the access to
+  // the empty range [2^63 - 1, 2^63 - 1), which a slot declared larger than
+  // that used to accept.
+  Program p = sample_program();
+  auto& x = inst<DmaLoad>(p, 0, 0).xfer;
+  p.args[x.dram.slot].bytes = ~uint64_t{0} / 128 * 128;
+  x.dram.offset = uint64_t{1} << 63;
+  EXPECT_THROW(validate(p, testing::test_limits()), Error);
+}
+
 }  // namespace
 }  // namespace spyre::rt

@@ -10,6 +10,7 @@
 
 #include "spyre/runtime/allocator.h"
 #include "spyre/runtime/error.h"
+#include "spyre/runtime/patcher.h"
 #include "spyre/runtime/stream.h"
 
 namespace spyre::rt {
@@ -76,6 +77,18 @@ TEST(Registry, LoadsThePluginLibrary) {
   EXPECT_EQ(in, out);
   EXPECT_DOUBLE_EQ(stream.device_time_ns(), 512.0);
   alloc.free(ptr);
+}
+
+TEST(Registry, ThePluginRefusesProgramsWithAClearError) {
+  std::unique_ptr<Backend> backend =
+      load_backend_library(SPYRE_TEST_PLUGIN_PATH);
+  std::unique_ptr<Device> device = backend->create_device(0);
+  Program program;
+  program.name = "add_one";
+  Error error = error_of([&] { LoadedProgram loaded(*device, program); });
+  EXPECT_EQ(error.code(), ErrorCode::kDeviceError);
+  EXPECT_TRUE(contains(error.what(), "runs no programs")) << error.what();
+  EXPECT_TRUE(contains(error.what(), "'add_one'")) << error.what();
 }
 
 TEST(Registry, PluginRefusesAnUnknownAbiVersion) {

@@ -59,9 +59,10 @@ bool parses_or_is_rejected_cleanly(const std::vector<uint8_t>& bytes) {
     return false;
   }
   EXPECT_NO_THROW(validate(p, kLimits));
-  // Compared as bytes: a mutated double may be a NaN, unequal to itself.
-  const std::vector<uint8_t> once = serialize(p);
-  EXPECT_EQ(serialize(deserialize(once, kLimits)), once);
+  // Compared as bytes: a mutated immediate can be a NaN, which no Program
+  // compares equal to, itself included.
+  const std::vector<uint8_t> bytes_of_p = serialize(p);
+  EXPECT_EQ(serialize(deserialize(bytes_of_p, kLimits)), bytes_of_p);
   return true;
 }
 

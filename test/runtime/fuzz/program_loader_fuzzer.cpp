@@ -7,9 +7,12 @@
 // almost every mutation stops at the checksum and coverage never grows past
 // it. The checksum check itself is covered by serialize_test.cpp.
 //
-// Build: cmake -DSPYRE_BUILD_FUZZERS=ON -DCMAKE_CXX_COMPILER=clang++ ...
-// Run:   program_loader_fuzzer -max_total_time=60 <scratch dir> \
-//            test/data/program_corpus
+// `make fuzz` (part of `make test`) builds it with clang and runs it for
+// FUZZ_SECONDS from the kept corpus, test/data/program_corpus; `make
+// fuzz-corpus` then keeps the inputs that found new coverage there. By hand:
+//   cmake -DSPYRE_BUILD_FUZZERS=ON -DCMAKE_CXX_COMPILER=clang++ ...
+//   program_loader_fuzzer -max_total_time=60 <scratch dir> \
+//       test/data/program_corpus
 // Only the first directory receives new inputs: keep the committed corpus
 // second.
 #include <cstddef>

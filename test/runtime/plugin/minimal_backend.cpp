@@ -1,6 +1,9 @@
 // The smallest external backend: a shared library exporting the registry's
 // C entry point, whose devices are host-memory FakeDevices. Runtime tests
-// load it to prove a backend can be plugged in without the emulator.
+// load it to prove a backend can be plugged in without the emulator: its
+// devices allocate, copy, fill and queue work, but run no programs. Loading
+// a program on one is refused with an error saying so (a FakeDevice's
+// launch only records its addresses, so `ones + 1` would have read zeros).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +30,17 @@ class MinimalDevice final : public spyre::rt::testing::FakeDevice {
     props_.backend = "minimal";
   }
   const DeviceProperties& properties() const override { return props_; }
+
+  std::unique_ptr<spyre::rt::Executable> prepare(
+      const spyre::rt::Program& program, const spyre::rt::PatchPlan&) override {
+    throw spyre::rt::Error(
+        spyre::rt::ErrorCode::kDeviceError,
+        "the minimal plugin backend runs no programs (it proves the backend "
+        "interface: memory, copies, queues); cannot load '" +
+            program.name +
+            "'. Use the sim backend (unset SPYRE_BACKEND and "
+            "SPYRE_BACKEND_LIBRARY) to run kernels");
+  }
 
  private:
   DeviceProperties props_;

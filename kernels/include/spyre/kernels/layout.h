@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "spyre/runtime/device.h"
+
 namespace spyre::kernels {
 
 struct DeviceLayout {
@@ -71,5 +73,18 @@ void unpack_range(const DeviceLayout& layout, const uint8_t* in, uint64_t begin,
 // The whole buffer: pack_range / unpack_range over [0, device_bytes()).
 void pack(const DeviceLayout& layout, const uint8_t* image, uint8_t* device);
 void unpack(const DeviceLayout& layout, const uint8_t* device, uint8_t* image);
+
+// Where a view's elements live in the device buffer: the view of `sizes`
+// and `strides` from element `offset` of the host image (in elements, as a
+// tensor's), visited in the view's row-major order, as runs of device bytes
+// with neighbours merged. Run i holds the view's elements that follow those
+// of run i - 1, so a contiguous host buffer of the view's values maps onto
+// the runs in order (Device::copy_runs_to_device). Only the view's bytes
+// are in the runs: never padding, never another element of a shared stick.
+// Throws std::invalid_argument for an element outside the host image.
+std::vector<rt::Device::CopyRun> view_runs(const DeviceLayout& layout,
+                                           std::span<const int64_t> sizes,
+                                           std::span<const int64_t> strides,
+                                           int64_t offset);
 
 }  // namespace spyre::kernels

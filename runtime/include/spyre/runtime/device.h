@@ -6,6 +6,7 @@
 // queues with the ordering and timing rules PyTorch expects.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,6 +67,15 @@ class Queue {
   virtual void submit(Work work) = 0;
   // Blocks until all submitted work has run.
   virtual void wait_idle() = 0;
+  // As wait_idle(), but gives up after `timeout`: true when all work has run
+  // (errors rethrown as by wait_idle()), false when some is still running.
+  // Waits that must stay interruptible (Ctrl-C) wait in slices of this. The
+  // default waits with no timeout.
+  virtual bool wait_idle_for(std::chrono::nanoseconds timeout) {
+    (void)timeout;
+    wait_idle();
+    return true;
+  }
   virtual bool idle() = 0;
 };
 
@@ -121,6 +131,26 @@ class Device {
                                        const ChunkWriter& write);
   virtual double copy_to_host_unpacked(DevicePtr src, uint64_t bytes,
                                        const ChunkReader& read);
+
+  // Copies between consecutive host bytes and pieces ("runs") of device
+  // memory from `base`: run i holds the host bytes that follow those of run
+  // i - 1. Only the runs' bytes are written; the bytes around them, even in
+  // the same stick, stay as they are (device memory has write masks), so
+  // writing a view of a tensor leaves the rest of its storage, which other
+  // streams or threads may be writing, alone. A run outside every live
+  // allocation raises kDeviceError. The defaults make one plain copy per run
+  // (runs before a bad one are copied); a backend that reaches its memory
+  // from the host overrides them to check the whole span once, up front.
+  struct CopyRun {
+    uint64_t offset = 0;  // bytes from `base`
+    uint64_t bytes = 0;
+    bool operator==(const CopyRun&) const = default;
+  };
+  virtual double copy_runs_to_device(DevicePtr base,
+                                     std::span<const CopyRun> runs,
+                                     const void* src);
+  virtual double copy_runs_to_host(void* dst, DevicePtr base,
+                                   std::span<const CopyRun> runs);
 
   // Copies `bytes` from `src` on this device to `dst` on `peer` (another
   // device of the same backend) over the card-to-card link; returns the

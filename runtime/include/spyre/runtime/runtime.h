@@ -39,8 +39,9 @@ class Runtime {
   LaunchStats last_launch_stats(int device_index) const;
   void record_launch_stats(int device_index, const LaunchStats& stats);
 
-  // Waits for every stream of a device.
-  void synchronize(int device_index);
+  // Waits for every stream of a device; `check` as in Stream::synchronize
+  // (what it throws ends the wait at once).
+  void synchronize(int device_index, const WaitCheck& check = {});
 
  private:
   Runtime();

@@ -14,12 +14,19 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 
 #include "spyre/runtime/device.h"
 
 namespace spyre::rt {
+
+// Called every kWaitSlice while a wait blocks; it may throw to abandon the
+// wait (the work goes on running). The torch glue checks for Ctrl-C with
+// it, so a wait on a long launch ends with a KeyboardInterrupt at once.
+using WaitCheck = std::function<void()>;
+inline constexpr std::chrono::milliseconds kWaitSlice{50};
 
 class Stream {
  public:
@@ -34,7 +41,8 @@ class Stream {
   // Queues `work` after everything already on this stream.
   void enqueue(Work work);
   // Blocks until all queued work ran; rethrows the first error it raised.
-  void synchronize();
+  // `check`, if given, runs every kWaitSlice of the wait (see WaitCheck).
+  void synchronize(const WaitCheck& check = {});
   // True when all queued work has run.
   bool query();
   // Modelled device time (ns) at the end of the last completed work.
@@ -64,7 +72,7 @@ class Event {
   void block(Stream& stream) const;
   // True when the last record has completed (or the event was never recorded).
   bool query() const;
-  void synchronize() const;
+  void synchronize(const WaitCheck& check = {}) const;
   bool recorded() const;
 
   // Time from `start` to this event; both need enable_timing and a completed
