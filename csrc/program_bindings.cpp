@@ -264,6 +264,8 @@ kernels::LoopKernel loop_kernel_of(const py::dict& d) {
     if (b.contains("offset_bytes")) {
       buf.offset_bytes = field<uint64_t>(b, "offset_bytes");
     }
+    buf.read_modify_write =
+        optional_field<bool>(b, "read_modify_write").value_or(false);
     k.buffers.push_back(std::move(buf));
   }
   for (const auto& item : field<py::list>(d, "ops")) {
@@ -298,6 +300,10 @@ kernels::LoopKernel loop_kernel_of(const py::dict& d) {
     }
     op.constant = optional_field<int64_t>(o, "constant").value_or(0);
     op.part = optional_field<uint32_t>(o, "part").value_or(0);
+    op.value2 = optional_field<double>(o, "value2").value_or(0.0);
+    op.scale = optional_field<double>(o, "scale").value_or(1.0);
+    op.seed = optional_field<uint64_t>(o, "seed").value_or(0);
+    op.counter = optional_field<uint64_t>(o, "counter").value_or(0);
     k.ops.push_back(std::move(op));
   }
   for (const auto& item : field<py::list>(d, "stores")) {

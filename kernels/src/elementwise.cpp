@@ -1,8 +1,12 @@
+// Eager elementwise kernels (elementwise.h) described as loop kernels
+// (loop_kernel.h) and built by build_loop_kernel: one emitter for every
+// pointwise program, eager or compiled.
 #include "spyre/kernels/elementwise.h"
 
 #include <algorithm>
 #include <numeric>
 
+#include "spyre/kernels/loop_kernel.h"
 #include "spyre/kernels/matrix.h"
 #include "spyre/kernels/program_builder.h"
 #include "spyre/runtime/error.h"
@@ -12,174 +16,9 @@ namespace {
 
 using Cols = StickOperand::Cols;
 
-// The iteration space as [batch..., rows, cols]; a 1-D space has one row.
-struct Space {
-  std::vector<int64_t> batch;  // sizes of the dims before rows
-  int64_t rows = 1;
-  int64_t cols = 1;
-  int64_t batch_count() const {
-    return std::accumulate(batch.begin(), batch.end(), int64_t{1},
-                           std::multiplies<>());
-  }
-};
-
-Space space_of(const std::vector<int64_t>& shape) {
-  Space s;
-  s.cols = shape.back();
-  if (shape.size() >= 2) {
-    s.rows = shape[shape.size() - 2];
-    s.batch.assign(shape.begin(), shape.end() - 2);
-  }
-  return s;
-}
-
-int64_t row_stride(const StickOperand& op, size_t ndim) {
-  return ndim >= 2 ? op.strides[ndim - 2] : 0;
-}
-
-// Byte offset of batch element `b` (flat index over the batch dims).
-int64_t batch_offset(const StickOperand& op, const Space& s, int64_t b) {
-  int64_t offset = 0;
-  for (size_t d = s.batch.size(); d-- > 0;) {
-    offset += (b % s.batch[d]) * op.strides[d];
-    b /= s.batch[d];
-  }
-  return offset;
-}
-
-// Elements along the sticks that batch element `b` starts after the first.
-int64_t batch_lanes(const StickOperand& op, const Space& s, int64_t b) {
-  if (op.lane_steps.empty()) return 0;
-  int64_t lanes = 0;
-  for (size_t d = s.batch.size(); d-- > 0;) {
-    lanes += (b % s.batch[d]) * op.lane_steps[d];
-    b /= s.batch[d];
-  }
-  return lanes;
-}
-
 bool has_lane_steps(const StickOperand& op) {
   return std::any_of(op.lane_steps.begin(), op.lane_steps.end(),
                      [](int64_t l) { return l != 0; });
-}
-
-bool is_invariant(const StickOperand& op) {
-  return op.cols == Cols::kBroadcast &&
-         std::all_of(op.strides.begin(), op.strides.end(),
-                     [](int64_t s) { return s == 0; });
-}
-
-// Scratchpad row pitch of an operand's part of a tile `width` columns wide
-// whose columns start on a stick of `output`: one more stick when the
-// operand's sticks are not aligned with the output's.
-uint32_t operand_pitch(const StickOperand& op, const StickOperand& output,
-                       int64_t width) {
-  if (op.cols == Cols::kAcrossSticks) {
-    return static_cast<uint32_t>(width * rt::kStickBytes);  // a stick a col
-  }
-  if (op.cols != Cols::kSticks) return rt::kStickBytes;
-  const int64_t per_stick = op.elements_per_stick();
-  const int64_t out_per_stick = output.elements_per_stick();
-  const bool aligned =
-      out_per_stick % per_stick == 0 && !has_lane_steps(op) &&
-      (static_cast<int64_t>(op.first) - output.first) % per_stick == 0;
-  return static_cast<uint32_t>(
-      (ceil_div(width, per_stick) + (aligned ? 0 : 1)) * rt::kStickBytes);
-}
-
-// Rows of `pitch` bytes an operand's buffer needs for `rows` tile rows
-// (rows along sticks: one stick per row is more than the rows' sticks).
-uint32_t loaded_rows(const StickOperand& op, size_t ndim, int64_t rows) {
-  if (op.cols == Cols::kRowsAlongSticks) return static_cast<uint32_t>(rows);
-  return row_stride(op, ndim) == 0 ? 1 : static_cast<uint32_t>(rows);
-}
-
-// One tile of work: batch element, rows [row0, row0 + nrows), columns
-// [col0, col0 + ncols).
-struct TileWork {
-  int64_t batch = 0;
-  int64_t row0 = 0, nrows = 0;
-  int64_t col0 = 0, ncols = 0;
-};
-
-// The stick transfer of an operand's part of a tile and the vector tile that
-// addresses it in the scratchpad buffer at `spad`.
-struct Placed {
-  rt::StickTransfer xfer;
-  rt::Tile tile;
-};
-
-Placed place(const StickOperand& op, uint32_t slot, const Space& s, size_t ndim,
-             const TileWork& w, uint32_t spad, uint32_t pitch) {
-  const int64_t rs = row_stride(op, ndim);
-  const uint32_t nrows = rs == 0 ? 1 : static_cast<uint32_t>(w.nrows);
-  const uint32_t esize = rt::element_size(op.dtype);
-  const int64_t per_stick = op.elements_per_stick();
-  const int64_t base = static_cast<int64_t>(op.offset) +
-                       batch_offset(op, s, w.batch) + w.row0 * rs;
-  Placed p;
-  rt::StickTransfer& x = p.xfer;
-  x.spad = spad;
-  x.count1 = nrows;
-  x.dram_stride1 = nrows > 1 ? rs : 0;
-  x.spad_stride1 = nrows > 1 ? pitch : 0;
-  uint32_t position = 0;
-  if (op.cols == Cols::kRowsAlongSticks) {
-    // The tile's rows are consecutive elements along the sticks: load the
-    // sticks holding them end to end; row r is element r from `position`.
-    const int64_t start = op.first + w.row0;
-    const int64_t first_stick = start / per_stick;
-    const int64_t sticks = (start + w.nrows - 1) / per_stick - first_stick + 1;
-    x.dram = {slot,
-              static_cast<uint64_t>(base + first_stick * op.stick_stride)};
-    x.count1 = static_cast<uint32_t>(sticks);
-    x.dram_stride1 = op.stick_stride;
-    x.spad_stride1 = rt::kStickBytes;
-    p.tile = rt::Tile{spad + static_cast<uint32_t>(start % per_stick) * esize,
-                      op.dtype, static_cast<int32_t>(esize), 0};
-    return p;
-  }
-  if (op.cols == Cols::kAcrossSticks) {
-    // One stick per column, end to end in the row; the vector unit reads
-    // position `first` of each.
-    x.dram = {slot, static_cast<uint64_t>(base + w.col0 * op.stick_stride)};
-    x.count2 = static_cast<uint32_t>(w.ncols);
-    x.dram_stride2 = op.stick_stride;
-    x.spad_stride2 = rt::kStickBytes;
-    p.tile = rt::Tile{spad + op.first * esize, op.dtype,
-                      nrows > 1 ? static_cast<int32_t>(pitch) : 0,
-                      static_cast<int32_t>(rt::kStickBytes)};
-    return p;
-  }
-  if (op.cols == Cols::kBroadcast) {
-    x.dram = {slot, static_cast<uint64_t>(base)};
-    position = op.first;
-  } else {
-    const int64_t start = op.first + batch_lanes(op, s, w.batch) + w.col0;
-    const int64_t first_stick = start / per_stick;
-    const int64_t sticks = (start + w.ncols - 1) / per_stick - first_stick + 1;
-    x.dram = {slot,
-              static_cast<uint64_t>(base + first_stick * op.stick_stride)};
-    if (static_cast<uint64_t>(sticks) * rt::kStickBytes > pitch) {
-      throw KernelBuildError(rt::str("elementwise: a tile of ", sticks,
-                                     " sticks overflows its ", pitch,
-                                     "-byte scratchpad row"));
-    }
-    if (op.stick_stride == rt::kStickBytes) {
-      x.run_bytes = static_cast<uint32_t>(sticks * rt::kStickBytes);
-    } else {
-      x.count2 = static_cast<uint32_t>(sticks);
-      x.dram_stride2 = op.stick_stride;
-      x.spad_stride2 = rt::kStickBytes;
-    }
-    position = static_cast<uint32_t>(start % per_stick);
-  }
-  p.tile.offset = spad + position * esize;
-  p.tile.dtype = op.dtype;
-  p.tile.row_stride = nrows > 1 ? static_cast<int32_t>(pitch) : 0;
-  p.tile.col_stride =
-      op.cols == Cols::kBroadcast ? 0 : static_cast<int32_t>(esize);
-  return p;
 }
 
 // The highest byte an operand's accesses reach, +1: its slot size.
@@ -260,34 +99,207 @@ void check_kernel(const ElementwiseKernel& k) {
             "inside different sticks");
 }
 
-// Scratchpad bytes of one buffer set for tiles `rows` x (`sticks` output
-// sticks).
-struct Footprint {
-  std::vector<uint32_t> input_pitch, temp_pitch;
-  uint32_t output_pitch = 0;
-  int64_t width = 0;  // columns of the widest tile
-  uint64_t bytes(const ElementwiseKernel& k, size_t ndim, int64_t rows) const {
-    uint64_t total = 0;
-    for (size_t i = 0; i < k.inputs.size(); ++i) {
-      if (is_invariant(k.inputs[i])) continue;
-      total += uint64_t{loaded_rows(k.inputs[i], ndim, rows)} * input_pitch[i];
+// How the iteration space [batch..., rows, cols] maps onto loop vars: batch
+// dims are outer vars 0.., rows the row var, cols the col var. With `chunk`
+// set, each row is cut into chunks of that many columns (whole output
+// sticks) so that a few long rows still spread over the cores: the rows join
+// the outer vars and the chunks are the row var, `chunk` columns a step.
+struct Space {
+  std::vector<int64_t> shape;
+  size_t batch = 0;  // batch dims
+  bool has_rows = false;
+  int64_t chunk = 0;  // 0: whole rows
+
+  uint32_t dims() const { return static_cast<uint32_t>(shape.size()); }
+  // the var walking the rows dim, `step` coordinates of buffer dim `dim`
+  AccessVar rows_var(uint32_t dim, int64_t step) const {
+    return chunk != 0 ? AccessVar{LoopRole::kOuter,
+                                  static_cast<uint32_t>(batch), dim, step}
+                      : AccessVar{LoopRole::kRow, 0, dim, step};
+  }
+  // the vars walking the cols dim along buffer dim `dim`
+  void add_col_vars(std::vector<AccessVar>& vars, uint32_t dim) const {
+    vars.push_back({LoopRole::kCol, 0, dim, 1});
+    if (chunk != 0) vars.push_back({LoopRole::kRow, 0, dim, chunk});
+  }
+  // `coeff` times an iteration dim's coordinate, as index terms
+  void add_terms(std::vector<IndexTerm>& terms, uint32_t d,
+                 int64_t coeff) const {
+    if (d + 1 == dims()) {
+      terms.push_back({LoopRole::kCol, 0, coeff});
+      if (chunk != 0) terms.push_back({LoopRole::kRow, 0, coeff * chunk});
+    } else if (d < batch) {
+      terms.push_back({LoopRole::kOuter, d, coeff});
+    } else {
+      const AccessVar v = rows_var(0, 0);
+      terms.push_back({v.role, v.index, coeff});
     }
-    for (uint32_t p : temp_pitch) total += uint64_t(rows) * p;
-    return total + uint64_t(rows) * output_pitch;
   }
 };
 
-Footprint footprint(const ElementwiseKernel& k, int64_t width) {
-  Footprint f;
-  f.width = width;
-  for (const StickOperand& op : k.inputs) {
-    f.input_pitch.push_back(operand_pitch(op, k.output, width));
+// An operand as a loop buffer over its own dims: one per outer dim of the
+// iteration (its byte stride), for columns across sticks one more (a stick
+// per column), and the stick dim, where `first` and lane steps place it.
+LoopBuffer buffer_of(std::string name, const StickOperand& op, const Space& s,
+                     bool is_output, BufferAccess& access) {
+  const bool across = op.cols == Cols::kAcrossSticks;
+  const uint32_t outer_dims = s.dims() - 1;
+  const uint32_t last = outer_dims + (across ? 1 : 0);
+  LoopBuffer b;
+  b.name = std::move(name);
+  b.dtype = op.dtype;
+  b.device_bytes = slot_extent(op, s.shape);
+  b.is_output = is_output;
+  b.stick_stride_bytes = op.stick_stride;
+  b.offset_bytes = op.offset;
+  b.dim_stride_bytes = op.strides;
+  b.host_sizes.assign(s.shape.begin(), s.shape.end() - 1);
+  if (across) {
+    b.dim_stride_bytes.push_back(op.stick_stride);
+    b.host_sizes.push_back(s.shape.back());
   }
-  for (size_t i = 0; i + 1 < k.steps.size(); ++i) {
-    f.temp_pitch.push_back(padded_row_bytes(width, k.steps[i].dtype));
+  b.dim_stride_bytes.push_back(0);
+  b.host_sizes.push_back(op.first + s.shape.back());
+  access = BufferAccess{std::vector<int64_t>(last + 1, 0), {}};
+  access.base[last] = op.first;
+  std::vector<AccessVar>& vars = access.vars;
+  for (uint32_t d = 0; d < s.batch; ++d) {
+    if (op.strides[d] != 0) vars.push_back({LoopRole::kOuter, d, d, 1});
+    if (d < op.lane_steps.size() && op.lane_steps[d] != 0) {
+      vars.push_back({LoopRole::kOuter, d, last, op.lane_steps[d]});
+    }
   }
-  f.output_pitch = operand_pitch(k.output, k.output, width);
-  return f;
+  if (s.has_rows && op.cols == Cols::kRowsAlongSticks) {
+    vars.push_back(s.rows_var(last, 1));
+  } else if (s.has_rows && op.strides[outer_dims - 1] != 0) {
+    vars.push_back(s.rows_var(outer_dims - 1, 1));
+  }
+  if (op.cols == Cols::kSticks || across) {
+    s.add_col_vars(vars, across ? outer_dims : last);
+  }
+  return b;
+}
+
+// The step's value as the next op of `lk`; `values` maps value numbers to
+// op ids.
+uint32_t add_step(LoopKernel& lk, const Space& s, const ElementwiseStep& step,
+                  rt::DType dtype, const std::vector<uint32_t>& values) {
+  using Kind = ElementwiseStep::Kind;
+  LoopOp op;
+  op.dtype = dtype;
+  const auto value_of = [&](int src) { return values.at(src); };
+  switch (step.kind) {
+    case Kind::kColIndex:
+    case Kind::kRowIndex:
+      op.kind = LoopOpKind::kIndex;
+      op.value = step.imm;
+      op.scale = step.imm2;
+      if (step.kind == Kind::kColIndex) {
+        s.add_terms(op.terms, s.dims() - 1, 1);
+      } else if (s.has_rows) {
+        s.add_terms(op.terms, s.dims() - 2, 1);
+      }
+      break;
+    case Kind::kRandom: {
+      op.kind = LoopOpKind::kRandom;
+      op.name = step.dist == rt::RandDist::kNormal ? "normal" : "uniform";
+      op.seed = step.seed;
+      op.counter = step.offset;
+      op.value = step.imm;
+      op.value2 = step.imm2;
+      int64_t coeff = 1;  // of the flat row-major index
+      for (uint32_t d = s.dims(); d-- > 0;) {
+        s.add_terms(op.terms, d, coeff);
+        coeff *= s.shape[d];
+      }
+      break;
+    }
+    case Kind::kVector:
+      switch (rt::vec_op_arity(step.op)) {
+        case 0:
+          if (step.op != rt::VecOp::kFill) {
+            throw KernelBuildError(lk.name + ": an iota step has no form");
+          }
+          op.kind = LoopOpKind::kConstant;
+          op.value = step.imm;
+          break;
+        case 1:
+          op.kind = LoopOpKind::kUnary;
+          op.args = {value_of(step.src[0])};
+          break;
+        case 2:
+          op.kind = LoopOpKind::kBinary;
+          op.args = {value_of(step.src[0])};
+          if (step.src1_is_imm) {
+            LoopOp imm;
+            imm.kind = LoopOpKind::kConstant;
+            imm.value = step.imm;
+            lk.ops.push_back(imm);
+            op.args.push_back(static_cast<uint32_t>(lk.ops.size() - 1));
+          } else {
+            op.args.push_back(value_of(step.src[1]));
+          }
+          break;
+        default:
+          op.kind = LoopOpKind::kSelect;
+          op.args = {value_of(step.src[0]), value_of(step.src[1]),
+                     value_of(step.src[2])};
+          break;
+      }
+      if (op.kind != LoopOpKind::kConstant) op.name = vec_op_name(step.op);
+      break;
+  }
+  lk.ops.push_back(std::move(op));
+  return static_cast<uint32_t>(lk.ops.size() - 1);
+}
+
+// The kernel as a loop kernel with rows cut into chunks of `chunk` columns
+// (0: whole rows).
+LoopKernel describe(const ElementwiseKernel& k, int64_t chunk) {
+  Space s{k.shape, k.shape.size() >= 2 ? k.shape.size() - 2 : 0,
+          k.shape.size() >= 2, chunk};
+  const int64_t cols = k.shape.back();
+  LoopKernel lk;
+  lk.name = k.name;
+  lk.outer.assign(k.shape.begin(), k.shape.begin() + s.batch);
+  const int64_t rows = s.has_rows ? k.shape[s.batch] : 1;
+  if (chunk != 0) {
+    if (s.has_rows) lk.outer.push_back(rows);
+    lk.rows = ceil_div(cols, chunk);
+    lk.cols = chunk;
+    lk.col_tail = cols - (*lk.rows - 1) * chunk;
+  } else {
+    lk.rows = rows;
+    lk.cols = cols;
+  }
+  lk.nodes.emplace_back();
+  std::vector<uint32_t> values;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    LoopOp load;
+    load.kind = LoopOpKind::kLoad;
+    load.buffer = "in" + std::to_string(i);
+    load.access.emplace();
+    lk.buffers.push_back(
+        buffer_of(load.buffer, k.inputs[i], s, false, *load.access));
+    lk.ops.push_back(std::move(load));
+    values.push_back(static_cast<uint32_t>(lk.ops.size() - 1));
+  }
+  for (size_t i = 0; i < k.steps.size(); ++i) {
+    const ElementwiseStep& step = k.steps[i];
+    const bool last = i + 1 == k.steps.size();
+    if (last && step.kind != ElementwiseStep::Kind::kVector &&
+        step.kind != ElementwiseStep::Kind::kRandom) {
+      throw KernelBuildError(k.name + ": an index cannot be the output");
+    }
+    // the last step rounds once, straight to the output's dtype
+    values.push_back(
+        add_step(lk, s, step, last ? k.output.dtype : step.dtype, values));
+  }
+  LoopStore store{0, values.back(), "out", BufferAccess{}};
+  lk.buffers.push_back(buffer_of("out", k.output, s, true, *store.access));
+  lk.buffers.back().read_modify_write = k.output_read_modify_write;
+  lk.stores.push_back(std::move(store));
+  return lk;
 }
 
 }  // namespace
@@ -376,189 +388,29 @@ void ElementwiseKernel::append_key(KeyWriter& key) const {
 
 rt::Program build_elementwise(const ElementwiseKernel& k) {
   check_kernel(k);
-  const size_t ndim = k.shape.size();
-  const Space s = space_of(k.shape);
-  const int64_t out_per_stick = k.output.elements_per_stick();
-  const int64_t out_sticks =
-      ceil_div(k.output.first + s.cols, out_per_stick);      // per row
-  const uint64_t budget = k.target.scratchpad_budget() / 2;  // double-buffered
-
-  // Tile width: whole rows if one fits, else fewer output sticks; narrower
-  // still when there are too few rows to keep the cores busy.
-  const int64_t row_units = s.batch_count() * s.rows;
-  int64_t sticks_per_chunk = out_sticks;
-  if (row_units < k.target.cores()) {
-    const int64_t chunks_wanted = ceil_div(k.target.cores(), row_units);
-    sticks_per_chunk =
-        std::max<int64_t>(1, ceil_div(out_sticks, chunks_wanted));
+  const int64_t cols = k.shape.back();
+  const int64_t per_stick = k.output.elements_per_stick();
+  const int64_t out_sticks = ceil_div(k.output.first + cols, per_stick);
+  const int64_t row_units = std::accumulate(k.shape.begin(), k.shape.end() - 1,
+                                            int64_t{1}, std::multiplies<>());
+  // Output sticks a chunk: whole rows, or fewer when there are too few rows
+  // to keep the cores busy, or fewer still when a row does not fit the
+  // scratchpad. Chunks start on output sticks, so an output starting inside
+  // one keeps its rows whole.
+  int64_t sticks = out_sticks;
+  if (row_units < k.target.cores() && k.output.first == 0) {
+    sticks = std::max<int64_t>(
+        1, ceil_div(out_sticks, ceil_div(k.target.cores(), row_units)));
   }
-  auto width_of = [&](int64_t sticks) {
-    return std::min<int64_t>(s.cols, sticks * out_per_stick);
-  };
-  while (sticks_per_chunk > 1 &&
-         footprint(k, width_of(sticks_per_chunk)).bytes(k, ndim, 1) > budget) {
-    sticks_per_chunk = ceil_div(sticks_per_chunk, 2);
-  }
-  const Footprint fp = footprint(k, width_of(sticks_per_chunk));
-  if (fp.bytes(k, ndim, 1) > budget) {
-    throw KernelBuildError(rt::str(
-        k.name, ": one stick of every operand needs ", fp.bytes(k, ndim, 1),
-        " bytes of scratchpad, more than the ", budget, " available"));
-  }
-  const int64_t chunks = ceil_div(out_sticks, sticks_per_chunk);
-  const int64_t rows_fit = static_cast<int64_t>(
-      budget / std::max<uint64_t>(1, fp.bytes(k, ndim, 1)));
-  const int64_t rows_for_cores = std::max<int64_t>(
-      1, ceil_div(row_units * chunks, k.target.cores()) / chunks);
-  const int64_t rows_per_tile =
-      std::max<int64_t>(1, std::min({s.rows, rows_fit, rows_for_cores}));
-  const int64_t row_tiles = ceil_div(s.rows, rows_per_tile);
-  const int64_t tiles = s.batch_count() * row_tiles * chunks;
-
-  ProgramBuilder pb(k.name, k.target.cores(), k.target.chip.scratchpad_bytes);
-  const uint32_t num_inputs = static_cast<uint32_t>(k.inputs.size());
-  for (uint32_t i = 0; i < num_inputs; ++i) {
-    pb.add_arg("in" + std::to_string(i), k.inputs[i].dtype,
-               slot_extent(k.inputs[i], k.shape), false);
-  }
-  const uint32_t out_slot =
-      pb.add_arg("out", k.output.dtype, slot_extent(k.output, k.shape), true);
-
-  auto tile_at = [&](int64_t t) {
-    TileWork w;
-    const int64_t chunk = t % chunks;
-    const int64_t row_tile = (t / chunks) % row_tiles;
-    w.batch = t / chunks / row_tiles;
-    w.row0 = row_tile * rows_per_tile;
-    w.nrows = std::min(rows_per_tile, s.rows - w.row0);
-    // Chunks start on output sticks: [chunk_start, chunk_end) in columns.
-    const int64_t stick0 = chunk * sticks_per_chunk;
-    w.col0 = std::max<int64_t>(0, stick0 * out_per_stick - k.output.first);
-    const int64_t end = std::min<int64_t>(
-        s.cols, (stick0 + sticks_per_chunk) * out_per_stick - k.output.first);
-    w.ncols = end - w.col0;
-    return w;
-  };
-
-  const Split split{static_cast<uint64_t>(tiles), k.target.cores(), 1};
-  for (uint32_t c = 0; c < split.used_parts(); ++c) {
-    CoreBuilder& core = pb.core(c);
-    const uint64_t begin = split.begin(c), count = split.size(c);
-    const int sets = count > 1 ? 2 : 1;
-    // Buffers: invariant inputs once; the rest per buffer set.
-    std::vector<uint32_t> invariant(num_inputs, 0);
-    for (uint32_t i = 0; i < num_inputs; ++i) {
-      if (!is_invariant(k.inputs[i])) continue;
-      invariant[i] = core.reserve(rt::kStickBytes, "a broadcast operand");
-      const Placed p = place(k.inputs[i], i, s, ndim, TileWork{0, 0, 1, 0, 1},
-                             invariant[i], rt::kStickBytes);
-      core.emit(rt::DmaLoad{p.xfer});
-    }
-    struct Set {
-      std::vector<uint32_t> in, temp;
-      uint32_t out = 0;
-    };
-    std::vector<Set> buffers(sets);
-    for (Set& set : buffers) {
-      for (uint32_t i = 0; i < num_inputs; ++i) {
-        set.in.push_back(
-            is_invariant(k.inputs[i])
-                ? invariant[i]
-                : core.reserve(loaded_rows(k.inputs[i], ndim, rows_per_tile) *
-                                   fp.input_pitch[i],
-                               "an input tile"));
-      }
-      for (uint32_t p : fp.temp_pitch) {
-        set.temp.push_back(core.reserve(rows_per_tile * p, "a temporary"));
-      }
-      set.out = core.reserve(rows_per_tile * fp.output_pitch, "an output tile");
-    }
-    for (uint64_t t = 0; t < count; ++t) {
-      const TileWork w = tile_at(static_cast<int64_t>(begin + t));
-      const Set& set = buffers[t % sets];
-      std::vector<rt::Tile> values;
-      for (uint32_t i = 0; i < num_inputs; ++i) {
-        const Placed p =
-            place(k.inputs[i], i, s, ndim, w, set.in[i], fp.input_pitch[i]);
-        if (!is_invariant(k.inputs[i])) core.emit(rt::DmaLoad{p.xfer});
-        values.push_back(p.tile);
-      }
-      const Placed out =
-          place(k.output, out_slot, s, ndim, w, set.out, fp.output_pitch);
-      if (k.output_read_modify_write) core.emit(rt::DmaLoad{out.xfer});
-      for (size_t st = 0; st < k.steps.size(); ++st) {
-        const ElementwiseStep& step = k.steps[st];
-        const bool last = st + 1 == k.steps.size();
-        rt::Tile dst = out.tile;
-        if (!last) {
-          dst = rt::Tile{set.temp[st], step.dtype,
-                         static_cast<int32_t>(fp.temp_pitch[st]),
-                         static_cast<int32_t>(rt::element_size(step.dtype))};
-        }
-        using Kind = ElementwiseStep::Kind;
-        const int32_t esize =
-            static_cast<int32_t>(rt::element_size(step.dtype));
-        if (step.kind == Kind::kColIndex || step.kind == Kind::kRowIndex) {
-          if (last) {
-            throw KernelBuildError(k.name + ": an index cannot be the output");
-          }
-          const bool cols = step.kind == Kind::kColIndex;
-          rt::Vector v;
-          v.op = rt::VecOp::kIota;
-          v.dst = rt::Tile{set.temp[st], step.dtype, esize, esize};
-          v.rows = cols ? 1 : static_cast<uint32_t>(w.nrows);
-          v.cols = cols ? static_cast<uint32_t>(w.ncols) : 1;
-          v.imm = step.imm +
-                  static_cast<double>(cols ? w.col0 : w.row0) * step.imm2;
-          v.imm2 = step.imm2;
-          core.emit(v);
-          values.push_back(rt::Tile{set.temp[st], step.dtype, cols ? 0 : esize,
-                                    cols ? esize : 0});
-          continue;
-        }
-        if (step.kind == Kind::kRandom) {
-          // Element (r, c) of the tile is iteration element `first` +
-          // r * cols + c: one fill when the tile spans whole rows (or is
-          // one row), else one per row.
-          const int64_t first = (w.batch * s.rows + w.row0) * s.cols + w.col0;
-          const bool whole = w.ncols == s.cols || w.nrows == 1;
-          for (int64_t r = 0; r < (whole ? 1 : w.nrows); ++r) {
-            rt::RandFill f;
-            f.dst = dst;
-            f.dst.offset += static_cast<uint32_t>(r * dst.row_stride);
-            f.rows = static_cast<uint32_t>(whole ? w.nrows : 1);
-            f.cols = static_cast<uint32_t>(w.ncols);
-            f.dist = step.dist;
-            f.seed = step.seed;
-            f.offset = step.offset + static_cast<uint64_t>(first + r * s.cols);
-            f.a = step.imm;
-            f.b = step.imm2;
-            core.emit(f);
-          }
-          values.push_back(dst);
-          continue;
-        }
-        rt::Vector v;
-        v.op = step.op;
-        v.dst = dst;
-        v.rows = static_cast<uint32_t>(w.nrows);
-        v.cols = static_cast<uint32_t>(w.ncols);
-        v.src1_is_imm = step.src1_is_imm;
-        v.imm = step.imm;
-        v.imm2 = step.imm2;
-        rt::Tile* srcs[3] = {&v.src0, &v.src1, &v.src2};
-        for (int a = 0; a < 3; ++a) {
-          if (step.src[a] < 0) continue;
-          *srcs[a] = values.at(static_cast<size_t>(step.src[a]));
-        }
-        // A value with one loaded row broadcasts along the rows.
-        core.emit(v);
-        values.push_back(dst);
-      }
-      core.emit(rt::DmaStore{out.xfer});
+  while (true) {
+    try {
+      const int64_t chunk = sticks < out_sticks ? sticks * per_stick : 0;
+      return build_loop_kernel(describe(k, chunk), {k.target}).program;
+    } catch (const LoopKernelTooLarge&) {
+      if (sticks == 1 || k.output.first != 0) throw;
+      sticks = ceil_div(sticks, 2);
     }
   }
-  return std::move(pb).finish();
 }
 
 }  // namespace spyre::kernels

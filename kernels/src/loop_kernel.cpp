@@ -25,7 +25,7 @@ constexpr std::array<std::pair<LoopRole, std::string_view>, 4> kRoleNames{{
     {LoopRole::kReduced, "reduced"},
 }};
 
-constexpr std::array<std::pair<LoopOpKind, std::string_view>, 8> kKindNames{{
+constexpr std::array<std::pair<LoopOpKind, std::string_view>, 9> kKindNames{{
     {LoopOpKind::kLoad, "load"},
     {LoopOpKind::kConstant, "constant"},
     {LoopOpKind::kIndex, "index"},
@@ -34,6 +34,7 @@ constexpr std::array<std::pair<LoopOpKind, std::string_view>, 8> kKindNames{{
     {LoopOpKind::kBinary, "binary"},
     {LoopOpKind::kSelect, "select"},
     {LoopOpKind::kReduction, "reduction"},
+    {LoopOpKind::kRandom, "random"},
 }};
 
 // The VecOp names of the description (as torch_spyre._C.VecOp spells them).
@@ -278,6 +279,8 @@ std::optional<LoopOpKind> loop_op_kind_from_name(std::string_view name) {
   return from_name(kKindNames, name);
 }
 
+std::string_view vec_op_name(rt::VecOp op) { return to_name(kVecOpNames, op); }
+
 namespace loop {
 
 std::optional<rt::VecOp> vec_op_from_name(std::string_view name) {
@@ -333,10 +336,13 @@ void validate_loop_kernel(const LoopKernel& k) {
     check(op.args.size() >= arity, k,
           rt::str(what, " (", loop_op_kind_name(op.kind), ") has ",
                   op.args.size(), " args, needs ", arity));
-    const bool needs_dtype = op.kind == LoopOpKind::kConstant ||
-                             op.kind == LoopOpKind::kBinary ||
-                             op.kind == LoopOpKind::kSelect;
+    const bool needs_dtype =
+        op.kind == LoopOpKind::kConstant || op.kind == LoopOpKind::kBinary ||
+        op.kind == LoopOpKind::kSelect || op.kind == LoopOpKind::kRandom;
     check(!needs_dtype || op.dtype.has_value(), k, what + " has no dtype");
+    check(op.kind != LoopOpKind::kRandom || op.name == "uniform" ||
+              op.name == "normal",
+          k, what + " draws from no known distribution");
     if (op.kind == LoopOpKind::kLoad && op.access) {
       const LoopBuffer* b = loop::find_buffer(k, op.buffer, nullptr);
       check(b != nullptr, k, what + " loads " + op.buffer + ", not a slot");

@@ -191,7 +191,7 @@ Box make_box(const LoopKernel& kernel, const LoopBuffer& buffer, uint32_t slot,
 void check_store_box(const LoopKernel& kernel, const LoopBuffer& buffer,
                      const Box& box, const BufferAccess& access) {
   const std::string& what = kernel.name;
-  if (box.elem_offset != 0) {
+  if (box.elem_offset != 0 && !buffer.read_modify_write) {
     throw KernelBuildError(rt::str(what, ": the store into ", buffer.name,
                                    " does not start a stick"));
   }

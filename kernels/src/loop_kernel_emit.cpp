@@ -57,7 +57,9 @@ std::vector<uint32_t> share_equal_values(const LoopKernel& k) {
     const bool rewritten_load =
         op.kind == LoopOpKind::kLoad &&
         (op.access ? stores.count(op.buffer) > 0 : stores[op.buffer] != 1);
+    // (random draws are never shared: each is its own stream of numbers)
     if (rewritten_load || op.kind == LoopOpKind::kReduction ||
+        op.kind == LoopOpKind::kRandom ||
         !k.nodes[op.node].reduced_outer.empty()) {
       continue;
     }
@@ -208,16 +210,25 @@ void BlockEmitter::block(const Fixed& fixed, int64_t r0, int64_t R,
   };
   try {
     for (const LoopStore& st : k_.stores) {
-      const TileId t = ev(st.value);
-      for (const LoopOp& later : k_.ops) {
-        if (later.kind == LoopOpKind::kLoad && later.node > st.node &&
-            reachable[&later - k_.ops.data()] && later.buffer == st.buffer) {
-          kept_[st.buffer] = t;
-          ++refs[t];  // held to the end of the block
-          break;
-        }
+      const bool kept =
+          std::any_of(k_.ops.begin(), k_.ops.end(), [&](const LoopOp& later) {
+            return later.kind == LoopOpKind::kLoad && later.node > st.node &&
+                   reachable[&later - k_.ops.data()] &&
+                   later.buffer == st.buffer;
+          });
+      // the box first when the value may be written straight into it
+      std::optional<StoreBox> box;
+      if (st.access && !kept && may_write_in_place(st)) {
+        box = store_box(st, s);
+        store_target_ = StoreTarget{canonical_[st.value], box->out};
       }
-      if (st.access) store(st, t, s);
+      const TileId t = ev(st.value);
+      store_target_.reset();
+      if (kept) {
+        kept_[st.buffer] = t;
+        ++refs[t];  // held to the end of the block
+      }
+      if (st.access) store(box ? *box : store_box(st, s), t, s);
       release(st.value);
     }
   } catch (const PartialSent&) {
@@ -270,6 +281,8 @@ BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
     }
     case LoopOpKind::kIndex:
       return index_tile(op, s);
+    case LoopOpKind::kRandom:
+      return random_tile(op, s);
     case LoopOpKind::kToDtype: {
       if (op.dtype && !op.to_float && rt::is_floating(*op.dtype) &&
           rounding_folds_into(canonical_[op.args[0]])) {
@@ -304,7 +317,7 @@ BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
         const auto write = std::exchange(write_dtype_, std::nullopt);
         const TileId x = ev(op.args[0]);
         write_dtype_ = write;
-        return unary(op.name, x, s, dying_tile(op.args[0]));
+        return unary(op, x, s, dying_tile(op.args[0]));
       }
     case LoopOpKind::kBinary:
       return binary(op, ev, s);
@@ -316,9 +329,10 @@ BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
           tiles_[c].has_rows || tiles_[a].has_rows || tiles_[b].has_rows;
       const bool hc =
           tiles_[c].has_cols || tiles_[a].has_cols || tiles_[b].has_cols;
-      const TileId dst = new_tile(*op.dtype, hr, hc);
-      vec(rt::VecOp::kSelect, dst, {c, a, b}, hr ? s.R : 1, hc ? s.K : 1);
-      return dst;
+      auto dst = in_place(op, *op.dtype, hr, hc);
+      if (!dst) dst = new_tile(*op.dtype, hr, hc);
+      vec(rt::VecOp::kSelect, *dst, {c, a, b}, hr ? s.R : 1, hc ? s.K : 1);
+      return *dst;
     }
   }
   fail("an op of unknown kind");
@@ -348,50 +362,6 @@ BlockEmitter::TileId BlockEmitter::load_box(const LoopOp& op, const Shape& s) {
                         box.col_stride, box.has_rows, box.has_cols,
                         std::pair{offset, bytes}});
   return tiles_.size() - 1;
-}
-
-BlockEmitter::TileId BlockEmitter::index_tile(const LoopOp& op,
-                                              const Shape& s) {
-  int64_t a = 0, b = 0, c = op.constant;
-  for (const IndexTerm& t : op.terms) {
-    if (t.role == LoopRole::kRow && k_.rows) {
-      a += t.coeff;
-    } else if (t.role == LoopRole::kCol && k_.cols) {
-      b += t.coeff;
-    } else if (auto x = s.fixed.value(t.role, t.index)) {
-      c += t.coeff * *x;
-    } else {
-      fail("index expression is not affine in the block's loop variables");
-    }
-  }
-  c += a * s.r0;
-  if (a != 0 && b != 0) {
-    const TileId rt_ = new_tile(kF32, true, false);
-    vec(rt::VecOp::kIota, rt_, {}, s.R, 1, static_cast<double>(c),
-        static_cast<double>(a));
-    const TileId ct = new_tile(kF32, false, true);
-    vec(rt::VecOp::kIota, ct, {}, 1, s.K, 0.0, static_cast<double>(b));
-    const TileId dst = new_tile(kF32, true, true);
-    vec(rt::VecOp::kAdd, dst, {rt_, ct}, s.R, s.K);
-    free_tile(rt_);
-    free_tile(ct);
-    return dst;
-  }
-  if (a != 0) {
-    const TileId dst = new_tile(kF32, true, false);
-    vec(rt::VecOp::kIota, dst, {}, s.R, 1, static_cast<double>(c),
-        static_cast<double>(a));
-    return dst;
-  }
-  if (b != 0) {
-    const TileId dst = new_tile(kF32, false, true);
-    vec(rt::VecOp::kIota, dst, {}, 1, s.K, static_cast<double>(c),
-        static_cast<double>(b));
-    return dst;
-  }
-  const TileId dst = new_tile(kF32, false, false);
-  vec(rt::VecOp::kFill, dst, {}, 1, 1, static_cast<double>(c));
-  return dst;
 }
 
 // exp(x) - 1 and log(1 + x) accurate near 0 (Goldberg's rewrites), the
@@ -431,19 +401,25 @@ void BlockEmitter::accurate_near_zero(bool expm1, TileId x, TileId dst,
   for (TileId t : {u, d, log_u, ratio, test}) free_tile(t);
 }
 
-BlockEmitter::TileId BlockEmitter::unary(const std::string& name, TileId x,
+BlockEmitter::TileId BlockEmitter::unary(const LoopOp& op, TileId x,
                                          const Shape& s,
                                          std::optional<TileId> reuse) {
+  const std::string& name = op.name;
   const int64_t rows = rows_of(x, s), cols = cols_of(x, s);
   const rt::DType write =
       std::exchange(write_dtype_, std::nullopt)
-          .value_or(name == "logical_not" ? rt::DType::kBool : kF32);
+          .value_or(name == "logical_not" ? rt::DType::kBool
+                                          : op.dtype.value_or(kF32));
   // expm1 and log1p read x after their first step: never over x
   const bool rereads_x = name == "expm1" || name == "log1p";
-  const TileId dst =
-      reuse && !rereads_x && tiles_[*reuse].dtype == write
-          ? *reuse
-          : new_tile(write, tiles_[x].has_rows, tiles_[x].has_cols);
+  const bool has_rows = tiles_[x].has_rows, has_cols = tiles_[x].has_cols;
+  // only a single instruction writes straight into a store's box
+  std::optional<TileId> in_box;
+  if (vec_op_from_name(name)) in_box = in_place(op, write, has_rows, has_cols);
+  const TileId dst = in_box ? *in_box
+                     : reuse && !rereads_x && tiles_[*reuse].dtype == write
+                         ? *reuse
+                         : new_tile(write, has_rows, has_cols);
   using rt::VecOp;
   if (name == "exp2") {
     vec(VecOp::kMul, dst, {x}, rows, cols, std::log(2.0));
@@ -490,8 +466,9 @@ BlockEmitter::TileId BlockEmitter::binary(const LoopOp& op, const Eval& ev,
     hr = hr || tiles_[t].has_rows;
     hc = hc || tiles_[t].has_cols;
   }
-  // the result overwrites a source of its own shape and dtype that dies here
-  std::optional<TileId> dst;
+  // the result goes to its store's box, or overwrites a source of its own
+  // shape and dtype that dies here
+  std::optional<TileId> dst = in_place(op, dst_dtype, hr, hc);
   for (uint32_t arg : {a, b}) {
     if (is_constant(arg) || dst) continue;
     const auto t = dying_tile(arg);
@@ -503,52 +480,6 @@ BlockEmitter::TileId BlockEmitter::binary(const LoopOp& op, const Eval& ev,
   if (!dst) dst = new_tile(dst_dtype, hr, hc);
   vec(*vop, *dst, srcs, hr ? s.R : 1, hc ? s.K : 1, imm);
   return *dst;
-}
-
-void BlockEmitter::store(const LoopStore& st, TileId value, const Shape& s) {
-  uint32_t slot = 0;
-  const LoopBuffer* buffer = find_buffer(k_, st.buffer, &slot);
-  const Box box =
-      make_box(k_, *buffer, slot, *st.access, s.fixed, s.r0, s.R, s.K);
-  check_store_box(k_, *buffer, box, *st.access);
-  const uint64_t bytes =
-      make_box(k_, *buffer, slot, *st.access, s.fixed, 0, R_alloc_, K_alloc_)
-          .bytes;
-  if (box.bytes > bytes) throw std::logic_error("loop kernel: box overflow");
-  const uint64_t offset = alloc_.alloc(bytes);
-  const Tile out{offset,       buffer->dtype, box.row_stride, box.col_stride,
-                 box.has_rows, box.has_cols,  std::nullopt};
-  const int64_t rows = box.has_rows ? s.R : 1;
-  const int64_t cols = box.has_cols ? s.K : 1;
-  vec(rt::VecOp::kCopy, out, {tiles_[value]}, rows, cols);
-  // zeros after the valid elements of the last stick (the layout's padding)
-  const int64_t pad = box.stick_count * buffer->per_stick() - box.valid;
-  if (box.stick_walk != StickWalk::kNone &&
-      box.stick_walk != StickWalk::kJointLins && pad > 0) {
-    const int64_t es = buffer->element_size();
-    Tile fill{offset + static_cast<uint64_t>(box.valid * es),
-              buffer->dtype,
-              0,
-              es,
-              false,
-              true,
-              std::nullopt};
-    if (box.stick_walk == StickWalk::kJoint) {
-      vec(rt::VecOp::kFill, fill, {}, 1, pad, 0.0);
-    } else if (box.stick_walk == StickWalk::kCol) {
-      fill.row_stride = box.row_stride;
-      vec(rt::VecOp::kFill, fill, {}, rows, pad, 0.0);
-    } else {
-      fill.row_stride = es;
-      fill.col_stride = box.col_stride;
-      vec(rt::VecOp::kFill, fill, {}, pad, cols, 0.0);
-    }
-  }
-  for (rt::StickTransfer x : box.transfers) {
-    x.spad += static_cast<uint32_t>(region_ + offset);
-    if (out_ != nullptr) out_->emit(rt::DmaStore{x});
-  }
-  alloc_.free(offset, bytes);
 }
 
 }  // namespace spyre::kernels::loop

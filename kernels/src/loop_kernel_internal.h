@@ -1,8 +1,9 @@
 // Internals of build_loop_kernel (loop_kernel.h), shared by its sources:
 // loop_kernel_box.cpp (scratchpad regions, stick boxes and their DMA),
 // loop_kernel_emit.cpp (one block's instructions), loop_kernel_reduce.cpp
-// (its reductions), loop_kernel.cpp (the description's checks and the work
-// division over cores).
+// (its reductions), loop_kernel_index.cpp (index values and random draws),
+// loop_kernel_store.cpp (stores), loop_kernel.cpp (the description's checks
+// and the work division over cores).
 #pragma once
 
 #include <algorithm>
@@ -136,8 +137,14 @@ class BlockEmitter {
 
   TileId compute(uint32_t op, const Eval& ev, const Shape& s);
   TileId load_box(const LoopOp& op, const Shape& s);
+  // loop_kernel_index.cpp: values of the iteration itself
+  struct Affine {  // row * r + col * c + rest at block element (r, c)
+    int64_t row = 0, col = 0, rest = 0;
+  };
+  Affine affine_in_block(const LoopOp& op, const Shape& s) const;
   TileId index_tile(const LoopOp& op, const Shape& s);
-  TileId unary(const std::string& name, TileId x, const Shape& s,
+  TileId random_tile(const LoopOp& op, const Shape& s);
+  TileId unary(const LoopOp& op, TileId x, const Shape& s,
                std::optional<TileId> reuse = std::nullopt);
   void accurate_near_zero(bool expm1, TileId x, TileId dst, int64_t rows,
                           int64_t cols);
@@ -145,7 +152,23 @@ class BlockEmitter {
   TileId reduction(uint32_t op, const Eval& ev, const Shape& s);
   TileId reduction_multi(uint32_t op, const Shape& s);
   TileId combine_across_cores(rt::RedOp op, TileId partial);
-  void store(const LoopStore& st, TileId value, const Shape& s);
+  // loop_kernel_store.cpp: a store's box in the region (read first for a
+  // read-modify-write buffer), and the value written into it
+  struct StoreBox {
+    uint64_t offset = 0, bytes = 0;  // of the box in the region
+    Box box;
+    Tile out;  // the stored elements
+    const LoopBuffer* buffer = nullptr;
+  };
+  StoreBox store_box(const LoopStore& st, const Shape& s);
+  void store(const StoreBox& box, TileId value, const Shape& s);
+  // Whether the store's value may be made straight into its box: one
+  // instruction of the buffer's dtype whose result nothing else reads.
+  bool may_write_in_place(const LoopStore& st) const;
+  // The store box's tile when `op` is the value being stored there and
+  // makes a result of its dtype and shape.
+  std::optional<TileId> in_place(const LoopOp& op, rt::DType dtype,
+                                 bool has_rows, bool has_cols);
   [[noreturn]] void fail(const std::string& what) const;
 
   const LoopKernel& k_;
@@ -163,6 +186,13 @@ class BlockEmitter {
   const std::vector<int64_t>* remaining_ = nullptr;
   const std::map<uint32_t, TileId>* bound_ = nullptr;
   const std::map<TileId, int64_t>* refs_ = nullptr;
+  // the store being made when its value may be written into its box
+  struct StoreTarget {
+    uint32_t op = 0;
+    Tile box;
+  };
+  std::optional<StoreTarget> store_target_;
+  std::optional<TileId> in_place_;  // the tile made in a store's box
   // the dtype the next single-instruction op writes its result in (a
   // rounding it feeds alone, folded into it)
   std::optional<rt::DType> write_dtype_;

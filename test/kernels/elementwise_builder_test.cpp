@@ -1,7 +1,8 @@
-// The elementwise kernel builder (spyre/kernels/elementwise.h) on the
-// emulator, against scalar references: stick-column operands, broadcasting,
-// an output view whose sticks it shares with its neighbours (read-modify-
-// write), random fills that do not depend on the core split, cache keys.
+// The elementwise kernel builder (spyre/kernels/elementwise.h, built as a
+// loop kernel) on the emulator, against scalar references: stick-column
+// operands, broadcasting, an output view whose sticks it shares with its
+// neighbours (read-modify-write), random fills that do not depend on the core
+// split, an exact int64 iota over a row cut into chunks, cache keys.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,6 +56,22 @@ std::vector<uint8_t> to_device(const std::vector<float>& values,
   return out;
 }
 
+// Runs `k` built for `cores` cores on a fresh device after uploading
+// images[i] (row-major kRows x kCols values) into slot i; returns the last
+// slot's (the output's) bytes.
+std::vector<uint8_t> run_kernel(ElementwiseKernel k, uint32_t cores,
+                                const std::vector<std::vector<float>>& images) {
+  k.target = sim_target(cores);
+  const rt::Program program = kernels::build_elementwise(k);
+  auto device = small_device();
+  Buffers buffers(*device, program);
+  for (size_t i = 0; i < images.size(); ++i) {
+    buffers.upload(i, to_device(images[i], buffers.bindings[i].bytes));
+  }
+  run(*device, program, buffers);
+  return buffers.download<uint8_t>(buffers.bindings.size() - 1);
+}
+
 float read(const std::vector<uint8_t>& bytes, int64_t r, int64_t c) {
   float v;
   std::memcpy(&v, bytes.data() + at(r, c), 4);
@@ -76,17 +93,9 @@ TEST(ElementwiseKernel, StepsOverStickColumnsMatchReference) {
              kernels::binary_step(VecOp::kAdd, 0, 2, DType::kFloat32)};
   for (uint32_t cores : {1u, 7u, 32u}) {
     SCOPED_TRACE(cores);
-    k.target = sim_target(cores);
-    const rt::Program program = kernels::build_elementwise(k);
-    auto device = small_device();
-    Buffers buffers(*device, program);
     const auto a = random_floats(kRows * kCols, 1);
     const auto b = random_floats(kRows * kCols, 2);
-    const uint64_t bytes = buffers.bindings[0].bytes;
-    buffers.upload(0, to_device(a, bytes));
-    buffers.upload(1, to_device(b, buffers.bindings[1].bytes));
-    run(*device, program, buffers);
-    const auto out = buffers.download<uint8_t>(2);
+    const auto out = run_kernel(k, cores, {a, b});
     for (int64_t r = 0; r < kRows; ++r) {
       for (int64_t c = 0; c < kCols; ++c) {
         const float want = a[r * kCols + c] + 2.5f * b[3 * kCols + c];
@@ -117,17 +126,9 @@ TEST(ElementwiseKernel, OutputViewKeepsItsNeighboursInSharedSticks) {
   k.output_read_modify_write = true;
   k.steps = {kernels::unary_step(VecOp::kNeg, 0, DType::kFloat32),
              kernels::binary_step(VecOp::kAdd, 2, 1, DType::kFloat32)};
-  k.target = sim_target(32);
-  const rt::Program program = kernels::build_elementwise(k);
-  auto device = small_device();
-  Buffers buffers(*device, program);
   const auto xs = random_floats(kRows * kCols, 3);
   const auto before = random_floats(kRows * kCols, 4);
-  buffers.upload(0, to_device(xs, buffers.bindings[0].bytes));
-  buffers.upload(1, to_device(xs, buffers.bindings[1].bytes));
-  buffers.upload(2, to_device(before, buffers.bindings[2].bytes));
-  run(*device, program, buffers);
-  const auto got = buffers.download<uint8_t>(2);
+  const auto got = run_kernel(k, 32, {xs, xs, before});
   for (int64_t r = 0; r < kRows; ++r) {
     for (int64_t c = 0; c < kCols; ++c) {
       if (at(r, c) + 4 > got.size()) continue;  // beyond the slot's extent
@@ -159,16 +160,9 @@ TEST(ElementwiseKernel, ColumnsAcrossSticksAreReadElementByElement) {
   k.steps = {kernels::scalar_step(VecOp::kMul, 0, 2.0, DType::kFloat32)};
   for (uint32_t cores : {1u, 32u}) {
     SCOPED_TRACE(cores);
-    k.target = sim_target(cores);
-    const rt::Program program = kernels::build_elementwise(k);
-    auto device = small_device();
-    Buffers buffers(*device, program);
     const auto xs = random_floats(kRows * kCols, 5);
     const auto before = random_floats(kRows * kCols, 6);
-    buffers.upload(0, to_device(xs, buffers.bindings[0].bytes));
-    buffers.upload(1, to_device(before, buffers.bindings[1].bytes));
-    run(*device, program, buffers);
-    const auto got = buffers.download<uint8_t>(1);
+    const auto got = run_kernel(k, cores, {xs, before});
     for (int64_t i = 0; i < 2; ++i) {
       for (int64_t c = 0; c < kRows; ++c) {
         ASSERT_EQ(read(got, i, c), 2.0f * xs[c * kCols + 37 + 32 * i])
@@ -196,16 +190,9 @@ TEST(ElementwiseKernel, LaneStepsStartEachBatchInsideAStick) {
   k.steps = {kernels::scalar_step(VecOp::kMul, 0, 2.0, DType::kFloat32)};
   for (uint32_t cores : {1u, 32u}) {
     SCOPED_TRACE(cores);
-    k.target = sim_target(cores);
-    const rt::Program program = kernels::build_elementwise(k);
-    auto device = small_device();
-    Buffers buffers(*device, program);
     const auto xs = random_floats(kRows * kCols, 7);
     const auto before = random_floats(kRows * kCols, 8);
-    buffers.upload(0, to_device(xs, buffers.bindings[0].bytes));
-    buffers.upload(1, to_device(before, buffers.bindings[1].bytes));
-    run(*device, program, buffers);
-    const auto got = buffers.download<uint8_t>(1);
+    const auto got = run_kernel(k, cores, {xs, before});
     for (int64_t h = 0; h < 2; ++h) {
       for (int64_t r = 0; r < kRows; ++r) {
         for (int64_t c = 0; c < 16; ++c) {
@@ -232,12 +219,7 @@ TEST(ElementwiseKernel, RandomDrawsDoNotDependOnTheCoreSplit) {
     k.output = matrix_operand();
     k.steps = {kernels::random_step(rt::RandDist::kNormal, 0, 1, 42, 1000,
                                     DType::kFloat32)};
-    k.target = sim_target(cores);
-    const rt::Program program = kernels::build_elementwise(k);
-    auto device = small_device();
-    Buffers buffers(*device, program);
-    run(*device, program, buffers);
-    const auto got = buffers.download<uint8_t>(0);
+    const auto got = run_kernel(k, cores, {});
     if (first.empty()) {
       first = got;
       double sum = 0;
@@ -248,6 +230,29 @@ TEST(ElementwiseKernel, RandomDrawsDoNotDependOnTheCoreSplit) {
       for (int64_t r = 0; r < kRows; ++r)
         for (int64_t c = 0; c < kCols; ++c)
           ASSERT_EQ(read(got, r, c), read(first, r, c)) << cores;
+    }
+  }
+}
+
+TEST(ElementwiseKernel, Int64IotaIsExactInChunksOfALongRow) {
+  // out[c] = 2^40 + 3 c over one row of 5000 int64 (16 per stick): the row
+  // is cut into chunks over the cores, each starting its own iota, and
+  // every value stays exact (far beyond fp32's 2^24).
+  constexpr int64_t n = 5000, start = int64_t{1} << 40;
+  ElementwiseKernel k;
+  k.name = "arange";
+  k.shape = {n};
+  k.output.dtype = DType::kInt64;
+  k.steps = {kernels::index_step(kernels::ElementwiseStep::Kind::kColIndex,
+                                 static_cast<double>(start), 3, DType::kInt64),
+             kernels::copy_step(0)};
+  for (uint32_t cores : {1u, 32u}) {
+    SCOPED_TRACE(cores);
+    const auto got = run_kernel(k, cores, {});
+    for (int64_t c = 0; c < n; ++c) {
+      int64_t value;
+      std::memcpy(&value, got.data() + c * 8, 8);
+      ASSERT_EQ(value, start + 3 * c) << c;
     }
   }
 }

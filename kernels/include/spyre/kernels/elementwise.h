@@ -6,8 +6,9 @@
 // (i0, ..., cols) of the iteration lies in its slot. A kernel is a short list
 // of vector steps over scratchpad tiles (inputs, fp32 temporaries, output),
 // so one launch does e.g. `a + alpha * b` with a single rounding.
-// Work is split across cores in tiles of whole output sticks, so no two cores
-// ever write the same stick.
+// The kernel is built as a loop kernel (loop_kernel.h), the emitter of every
+// pointwise program: work is split across cores in blocks of whole output
+// sticks, so no two cores ever write the same stick.
 #pragma once
 
 #include <cstdint>
@@ -116,7 +117,8 @@ struct ElementwiseKernel {
 };
 
 // Slots: inputs 0..n-1, output n. Throws KernelBuildError when the kernel
-// cannot be built (e.g. a row's tile does not fit the scratchpad).
+// cannot be built (e.g. one output stick of every operand does not fit the
+// scratchpad).
 rt::Program build_elementwise(const ElementwiseKernel& kernel);
 
 }  // namespace spyre::kernels

@@ -82,6 +82,10 @@ struct LoopBuffer {
   // the slot's byte offset of host coordinate 0 (a multiple of 128: an
   // eager view that starts inside the storage)
   uint64_t offset_bytes = 0;
+  // The stored sticks hold data outside the kernel's elements (an eager
+  // output view into a larger row): a store reads its sticks first and may
+  // start inside one, so the neighbouring bytes survive.
+  bool read_modify_write = false;
 
   uint32_t rank() const { return static_cast<uint32_t>(host_sizes.size()); }
   uint32_t element_size() const { return rt::element_size(dtype); }
@@ -91,13 +95,16 @@ struct LoopBuffer {
 enum class LoopOpKind : uint8_t {
   kLoad,       // buffer, access (none for a buffer an earlier node made)
   kConstant,   // value, dtype
-  kIndex,      // terms + constant: the value of an index expression
+  kIndex,      // value + scale * (terms + constant): an index expression
   kToDtype,    // args[0] converted to dtype (to_float: a float target)
   kUnary,      // name (a VecOp name, or exp2/expm1/log1p/ceil/square)
   kBinary,     // name (a binary VecOp name), args[0], args[1], dtype
   kSelect,     // args[0] ? args[1] : args[2], dtype
   kReduction,  // name (sum/max/min/prod/argmax/argmin/any/all/
                // welford_reduce), part (welford: 0 mean, 1 m2, 2 weight)
+  kRandom,     // RandFill draws: name (uniform [value, value2) / normal of
+               // mean value, std value2), seed; element counter `counter` +
+               // (terms + constant), so a draw never depends on the blocks
 };
 
 struct LoopOp {
@@ -106,16 +113,21 @@ struct LoopOp {
   std::vector<uint32_t> args;  // ids (positions in LoopKernel::ops) of
                                // earlier ops
   std::string name;
-  // the value's compute dtype (kConstant/kBinary/kSelect: bool or float32)
-  // or kToDtype's target; nullopt: a target with no device representation
+  // the value's compute dtype (the compiler's: bool or float32; eager
+  // kernels compute integers in int64 and round to narrower floats where
+  // PyTorch does) or kToDtype's target; nullopt: a target with no device
+  // representation
   std::optional<rt::DType> dtype = rt::DType::kFloat32;
   bool to_float = false;  // kToDtype into a floating type (float32/64)
-  double value = 0;       // kConstant
+  double value = 0;       // kConstant, kIndex, kRandom
+  double value2 = 0;      // kRandom
+  double scale = 1;       // kIndex
   std::string buffer;     // kLoad
   std::optional<BufferAccess> access;  // kLoad from device memory
-  std::vector<IndexTerm> terms;        // kIndex
-  int64_t constant = 0;                // kIndex
+  std::vector<IndexTerm> terms;        // kIndex, kRandom
+  int64_t constant = 0;                // kIndex, kRandom
   uint32_t part = 0;                   // kReduction of welford_reduce
+  uint64_t seed = 0, counter = 0;      // kRandom
 };
 
 // node's value op `value` written to `buffer`: through device memory when
@@ -188,5 +200,7 @@ LoopKernelProgram build_loop_kernel(const LoopKernel& kernel,
 std::optional<LoopRole> loop_role_from_name(std::string_view name);
 std::string_view loop_op_kind_name(LoopOpKind kind);
 std::optional<LoopOpKind> loop_op_kind_from_name(std::string_view name);
+// A VecOp as kUnary/kBinary/kSelect name it.
+std::string_view vec_op_name(rt::VecOp op);
 
 }  // namespace spyre::kernels
