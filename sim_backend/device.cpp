@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "dataflow/executable.h"
 #include "dataflow/launch.h"
@@ -113,15 +115,24 @@ double SimDevice::copy_to_host_unpacked(rt::DevicePtr src, uint64_t bytes,
 
 namespace {
 
-// Sticks the runs touch, each run counted on its own (a masked burst each):
-// what the memory moves for them.
+// Distinct sticks the runs touch: what the memory moves for them, each
+// stick once as one masked burst (runs inside one stick share its write
+// mask; a strided view's elements often do: a column of a permuted tensor).
 uint64_t sticks_touched(std::span<const rt::Device::CopyRun> runs) {
-  uint64_t sticks = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> spans;  // [first, last] sticks
+  spans.reserve(runs.size());
   for (const rt::Device::CopyRun& run : runs) {
     if (run.bytes == 0) continue;
-    const uint64_t first = run.offset / rt::kStickBytes;
-    const uint64_t last = (run.offset + run.bytes - 1) / rt::kStickBytes;
-    sticks += last - first + 1;
+    spans.emplace_back(run.offset / rt::kStickBytes,
+                       (run.offset + run.bytes - 1) / rt::kStickBytes);
+  }
+  std::sort(spans.begin(), spans.end());
+  uint64_t sticks = 0;
+  uint64_t next = 0;  // the first stick not yet counted
+  for (const auto& [first, last] : spans) {
+    const uint64_t from = std::max(first, next);
+    if (last >= from) sticks += last - from + 1;
+    next = std::max(next, last + 1);
   }
   return sticks;
 }

@@ -167,6 +167,25 @@ TEST(SimMemory, PeerCopiesMoveBytesCardToCardAtTheLinkRate) {
   to->free(dst);
 }
 
+TEST(SimMemory, ScatteredRunsMoveEachTouchedStickOnce) {
+  auto device = small_device();
+  const rt::DevicePtr p = device->allocate(64 * rt::kStickBytes);
+  std::vector<uint8_t> data(4096, 7);
+  // A column of a permuted tensor: 64 runs of 4 bytes, two in each of 32
+  // sticks, written in element order (not stick order).
+  std::vector<rt::Device::CopyRun> runs;
+  for (uint64_t i = 0; i < 32; ++i) runs.push_back({i * 256, 4});
+  for (uint64_t i = 0; i < 32; ++i) runs.push_back({i * 256 + 64, 4});
+  const double ns = device->copy_runs_to_device(p, runs, data.data());
+  const rt::CostTable& t = kTimingTable;
+  EXPECT_DOUBLE_EQ(ns, t.host_copy_latency_ns +
+                           32.0 * rt::kStickBytes / t.host_link_gb_per_s);
+  std::vector<uint8_t> back(64 * rt::kStickBytes);
+  device->copy_to_host(back.data(), p, back.size());
+  EXPECT_EQ(back[256 * 3 + 64], 7);
+  device->free(p);
+}
+
 TEST(SimMemoryDeathTest, HostDereferenceOfADeviceAddressFaults) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   auto device = small_device();
