@@ -94,7 +94,12 @@ void add_sub(const char* name, VecOp op, const at::Tensor& self,
 bool add_on_device(const at::Tensor& self, const at::Tensor& other,
                    const at::Tensor* out) {
   const at::ScalarType common = common_type(self, other);
-  return device_computes(common) &&
+  // Each spyre operand must be of a dtype the device computes with too
+  // (int16 only lives in device memory): else the counted CPU fallback.
+  auto held = [](const at::Tensor& t) {
+    return !t.is_privateuseone() || has_device_dtype(t.scalar_type());
+  };
+  return device_computes(common) && held(self) && held(other) &&
          (out == nullptr || device_computes(out->scalar_type()));
 }
 

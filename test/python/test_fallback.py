@@ -139,3 +139,16 @@ def test_convolution_runs_through_the_counted_fallback():
         assert torch.allclose(got.cpu(), want, atol=1e-5)
     assert torch.spyre.fallback_stats() == {"aten::convolution": 2}
     torch.spyre.reset_fallback_stats()
+
+
+def test_operands_of_storage_only_dtypes_give_the_cpu_result():
+    # int16 lives in device memory but the device does not compute with it:
+    # int16 + int32 is the CPU's result (through the counted fallback), not
+    # an internal assert.
+    torch.spyre.reset_fallback_stats()
+    a = torch.arange(-5, 5, dtype=torch.int16)
+    b = torch.arange(10, dtype=torch.int32) * 1000
+    for x, y in [(a, b), (b, a)]:
+        assert torch.equal((x.to("spyre") + y.to("spyre")).cpu(), x + y)
+        assert torch.equal((x.to("spyre") - y.to("spyre")).cpu(), x - y)
+    assert set(torch.spyre.fallback_stats()) == {"aten::add.Tensor", "aten::sub.Tensor"}

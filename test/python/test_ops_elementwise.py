@@ -415,3 +415,4 @@ def test_16_bit_tensor_with_python_scalars_matches_the_cpu_exactly(dtype, name):
             continue
         got = op(x.to("spyre"), scalar).cpu()
         assert torch.equal(got, expected), (name, scalar)
+
