@@ -212,6 +212,42 @@ class BlockPipeline {
   std::vector<rt::Instruction> pending_;  // the previous block's last stores
 };
 
+// Loads that may be made once per core when their box does not move from
+// block to block: reachable from a store, the first of the ops computing
+// their value, of a buffer the kernel never writes, and not moving with the
+// reduced-outer vars of a reduction over several dims.
+std::vector<uint32_t> block_invariant_loads(const LoopKernel& k) {
+  const std::vector<uint32_t> canonical = loop::share_equal_values(k);
+  std::vector<bool> reachable(k.ops.size(), false);
+  std::function<void(uint32_t)> mark = [&](uint32_t op) {
+    op = canonical[op];
+    if (reachable[op]) return;
+    reachable[op] = true;
+    for (uint32_t a : k.ops[op].args) mark(a);
+  };
+  for (const LoopStore& st : k.stores) mark(st.value);
+  std::vector<uint32_t> loads;
+  for (uint32_t id = 0; id < k.ops.size(); ++id) {
+    const LoopOp& op = k.ops[id];
+    const bool written = std::any_of(
+        k.stores.begin(), k.stores.end(),
+        [&](const LoopStore& st) { return st.buffer == op.buffer; });
+    if (op.kind == LoopOpKind::kLoad && op.access && reachable[id] &&
+        canonical[id] == id && !written &&
+        k.nodes[op.node].reduced_outer.empty()) {
+      loads.push_back(id);
+    }
+  }
+  return loads;
+}
+
+bool same_box(const loop::Box& a, const loop::Box& b) {
+  return a.bytes == b.bytes && a.transfers == b.transfers &&
+         a.elem_offset == b.elem_offset && a.row_stride == b.row_stride &&
+         a.col_stride == b.col_stride && a.has_rows == b.has_rows &&
+         a.has_cols == b.has_cols;
+}
+
 ProgramBuilder program_for(const LoopKernel& k, const Target& target) {
   ProgramBuilder program(k.name, target.chip.num_cores,
                          target.chip.scratchpad_bytes);
@@ -429,19 +465,47 @@ LoopKernelProgram build_loop_kernel(const LoopKernel& k,
   walk_outer(0);
   ProgramBuilder program = program_for(k, target);
   const uint64_t ncores = std::min<uint64_t>(num_cores, units.size());
+  const std::vector<uint32_t> invariant = block_invariant_loads(k);
   for (uint64_t core = 0; core < ncores; ++core) {
     const uint64_t lo = core * units.size() / ncores;
     const uint64_t hi = (core + 1) * units.size() / ncores;
     const uint64_t regions = double_buffer && hi - lo > 1 ? 2 : 1;
     CoreBuilder& out = program.core(static_cast<uint32_t>(core));
     out.reserve(static_cast<uint32_t>(regions * region), "the block regions");
+    // an operand every block of this core reads alike is loaded once
+    std::vector<loop::ResidentLoad> resident;
+    if (hi - lo > 1) {
+      for (const uint32_t op : invariant) {
+        const LoopOp& load = k.ops[op];
+        uint32_t slot = 0;
+        const LoopBuffer& buffer = *loop::find_buffer(k, load.buffer, &slot);
+        const auto box_of = [&](const Unit& u) {
+          return loop::make_box(k, buffer, slot, *load.access, u.fixed, u.r0,
+                                u.R, u.K.value_or(k.col_count()));
+        };
+        loop::Box box = box_of(units[lo]);
+        const bool same = std::all_of(
+            units.begin() + lo + 1, units.begin() + hi,
+            [&](const Unit& u) { return same_box(box, box_of(u)); });
+        if (!same || out.used() + box.bytes > budget) continue;
+        const uint32_t spad =
+            out.reserve(static_cast<uint32_t>(box.bytes), "a resident operand");
+        for (rt::StickTransfer x : box.transfers) {
+          x.spad += spad;
+          out.emit(rt::DmaLoad{x});
+        }
+        resident.push_back({op, spad, std::move(box)});
+      }
+    }
     BlockPipeline pipeline(out, regions == 2);
     for (uint64_t i = lo; i < hi; ++i) {
       const Unit& u = units[i];
       loop::RegionAllocator alloc;
       CoreBuilder block(out.core(), 0);
-      loop::BlockEmitter(k, &block, ((i - lo) % regions) * region, alloc)
-          .block(u.fixed, u.r0, u.R, rc, u.K);
+      loop::BlockEmitter emitter(k, &block, ((i - lo) % regions) * region,
+                                 alloc);
+      emitter.set_resident(&resident);
+      emitter.block(u.fixed, u.r0, u.R, rc, u.K);
       pipeline.add(std::move(block).finish().instructions);
     }
     pipeline.finish();

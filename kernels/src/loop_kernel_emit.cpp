@@ -36,8 +36,6 @@ bool commutative(rt::VecOp op) {
 
 }  // namespace
 
-namespace {
-
 // Ops that compute the same value share one tile: the compiler's bodies
 // name a load per use and recompute a value in each node that needs it
 // (softmax: its input three times, exp(x - max) twice). Excluded: loads of a
@@ -81,8 +79,6 @@ std::vector<uint32_t> share_equal_values(const LoopKernel& k) {
   }
   return canonical;
 }
-
-}  // namespace
 
 BlockEmitter::BlockEmitter(const LoopKernel& kernel, CoreBuilder* out,
                            uint64_t region, RegionAllocator& alloc)
@@ -272,6 +268,7 @@ BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
     case LoopOpKind::kLoad: {
       auto it = kept_.find(op.buffer);
       if (it != kept_.end()) return it->second;
+      if (const auto t = resident_tile(id)) return *t;
       return load_box(op, s);
     }
     case LoopOpKind::kConstant: {
@@ -362,6 +359,22 @@ BlockEmitter::TileId BlockEmitter::load_box(const LoopOp& op, const Shape& s) {
                         box.col_stride, box.has_rows, box.has_cols,
                         std::pair{offset, bytes}});
   return tiles_.size() - 1;
+}
+
+// The tile of a load made once for the core, if `op` is one. It has no
+// allocation of the block's region, so nothing frees it or writes over it.
+std::optional<BlockEmitter::TileId> BlockEmitter::resident_tile(uint32_t op) {
+  if (resident_ == nullptr) return std::nullopt;
+  for (const ResidentLoad& r : *resident_) {
+    if (r.op != op) continue;
+    uint32_t slot = 0;
+    const LoopBuffer* buffer = find_buffer(k_, k_.ops[op].buffer, &slot);
+    tiles_.push_back(Tile{r.spad - region_ + r.box.elem_offset, buffer->dtype,
+                          r.box.row_stride, r.box.col_stride, r.box.has_rows,
+                          r.box.has_cols, std::nullopt});
+    return tiles_.size() - 1;
+  }
+  return std::nullopt;
 }
 
 // exp(x) - 1 and log(1 + x) accurate near 0 (Goldberg's rewrites), the

@@ -93,6 +93,19 @@ struct RingSplit {
 // partial: the rest of the block is the first core's.
 struct PartialSent {};
 
+// Ops that compute the same value share one tile: op -> the first op
+// computing its value (loop_kernel_emit.cpp).
+std::vector<uint32_t> share_equal_values(const LoopKernel& k);
+
+// A load whose box is the same in every block of a core (a broadcast
+// operand): loaded once, at scratchpad offset `spad`, before the core's first
+// block, and read by every block from there.
+struct ResidentLoad {
+  uint32_t op = 0;
+  uint32_t spad = 0;
+  Box box;
+};
+
 // Emits one block's instructions into `out` (or, with `out` null, only plans
 // its scratchpad through `alloc`).
 class BlockEmitter {
@@ -100,6 +113,10 @@ class BlockEmitter {
   BlockEmitter(const LoopKernel& kernel, CoreBuilder* out, uint64_t region,
                RegionAllocator& alloc);
   void set_ring_split(RingSplit split) { ring_ = std::move(split); }
+  // Loads already in the scratchpad (`resident` outlives the emitter).
+  void set_resident(const std::vector<ResidentLoad>* resident) {
+    resident_ = resident;
+  }
   // The block at row r0 of R rows (of R_alloc planned) and K columns
   // (nullopt: all of them).
   void block(const Fixed& fixed, int64_t r0, int64_t R, int64_t R_alloc,
@@ -137,6 +154,7 @@ class BlockEmitter {
 
   TileId compute(uint32_t op, const Eval& ev, const Shape& s);
   TileId load_box(const LoopOp& op, const Shape& s);
+  std::optional<TileId> resident_tile(uint32_t op);
   // loop_kernel_index.cpp: values of the iteration itself
   struct Affine {  // row * r + col * c + rest at block element (r, c)
     int64_t row = 0, col = 0, rest = 0;
@@ -182,6 +200,7 @@ class BlockEmitter {
   std::map<std::string, TileId> kept_;               // in-kernel buffers
   std::map<uint32_t, std::vector<TileId>> welford_;  // value op -> parts
   std::optional<RingSplit> ring_;
+  const std::vector<ResidentLoad>* resident_ = nullptr;
   // the block's uses left per op and the ops' tiles (set by block())
   const std::vector<int64_t>* remaining_ = nullptr;
   const std::map<uint32_t, TileId>* bound_ = nullptr;

@@ -105,6 +105,64 @@ TEST(ElementwiseKernel, StepsOverStickColumnsMatchReference) {
   }
 }
 
+TEST(ElementwiseKernel, BroadcastOperandIsLoadedOncePerCore) {
+  // out[b] = a[b] + x[row 3] over 8 batches on 2 cores (4 blocks each): the
+  // broadcast row's box is the same in every block, so each core loads it
+  // once before its first block and every block reads it from there.
+  constexpr int64_t kBatches = 8, kSticks = (kCols + kE - 1) / kE;
+  constexpr int64_t kBatchStride = kSticks * kRows * 128;
+  ElementwiseKernel k;
+  k.target = sim_target(2);
+  k.name = "broadcast_once";
+  k.shape = {kBatches, kRows, kCols};
+  StickOperand full = matrix_operand();
+  full.strides = {kBatchStride, 128};
+  StickOperand row = matrix_operand();
+  row.strides = {0, 0};
+  row.offset = 3 * 128;
+  k.inputs = {full, row};
+  k.output = full;
+  k.steps = {kernels::binary_step(VecOp::kAdd, 0, 1, DType::kFloat32)};
+  const rt::Program program = kernels::build_elementwise(k);
+  ASSERT_EQ(program.cores.size(), 2u);
+  for (const rt::CoreProgram& core : program.cores) {
+    int64_t row_loads = 0, other_loads = 0;
+    for (const rt::Instruction& inst : core.instructions) {
+      if (const auto* load = std::get_if<rt::DmaLoad>(&inst)) {
+        ++(load->xfer.dram.slot == 1 ? row_loads : other_loads);
+      }
+    }
+    EXPECT_EQ(row_loads, 1) << "core " << core.core;
+    EXPECT_GE(other_loads, kBatches / 2) << "core " << core.core;
+  }
+  // and the sum is right in every block
+  const auto a = random_floats(kBatches * kRows * kCols, 5);
+  const auto x = random_floats(kRows * kCols, 6);
+  auto device = small_device();
+  Buffers buffers(*device, program);
+  std::vector<uint8_t> a_bytes(buffers.bindings[0].bytes, 0);
+  for (int64_t b = 0; b < kBatches; ++b) {
+    for (int64_t i = 0; i < kRows * kCols; ++i) {
+      const uint64_t at_b = b * kBatchStride + at(i / kCols, i % kCols);
+      std::memcpy(a_bytes.data() + at_b, &a[b * kRows * kCols + i], 4);
+    }
+  }
+  buffers.upload(0, a_bytes);
+  buffers.upload(1, to_device(x, buffers.bindings[1].bytes));
+  run(*device, program, buffers);
+  const auto out = buffers.download<uint8_t>(2);
+  for (int64_t b = 0; b < kBatches; ++b) {
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t c = 0; c < kCols; ++c) {
+        float got;
+        std::memcpy(&got, out.data() + b * kBatchStride + at(r, c), 4);
+        ASSERT_EQ(got, a[(b * kRows + r) * kCols + c] + x[3 * kCols + c])
+            << b << "," << r << "," << c;
+      }
+    }
+  }
+}
+
 TEST(ElementwiseKernel, OutputViewKeepsItsNeighboursInSharedSticks) {
   // out[1:4, 3:63] = -x[0:3, 40:100] + col(7): output columns start inside a
   // stick and end inside one, so its sticks are read before being written.
