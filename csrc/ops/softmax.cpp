@@ -9,6 +9,7 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_log_softmax_ops.h>
+#include <ATen/ops/_safe_softmax_native.h>
 #include <ATen/ops/_softmax_ops.h>
 #include <ATen/ops/empty.h>
 #include <torch/library.h>
@@ -24,7 +25,8 @@ bool floating(at::ScalarType t) {
   return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat;
 }
 
-at::Tensor along_last_dim(at::Tensor x, bool log) {
+// `safe`: rows of nothing but -inf give zeros (_safe_softmax; softmax only).
+at::Tensor along_last_dim(at::Tensor x, bool log, bool safe = false) {
   if (x.numel() > 0 && (x.dim() == 0 || x.size(-1) == 1)) {
     // One element per row: log_softmax is x - x, softmax its exp (NaN for a
     // masked -inf or a NaN, as on the CPU; 0 and 1 otherwise).
@@ -37,7 +39,7 @@ at::Tensor along_last_dim(at::Tensor x, bool log) {
   const kernels::Matrix in = matrix_operand(x, 0);
   const kernels::Matrix out_m = *matrix_view(out, 0);
   kernels::KeyWriter key;
-  key.add("softmax").add(log);
+  key.add("softmax").add(log).add(safe);
   append_key(key, in);
   append_key(key, out_m);
   launch_cached(x.device().index(), ProgramKey(std::move(key)),
@@ -45,6 +47,7 @@ at::Tensor along_last_dim(at::Tensor x, bool log) {
                   kernels::SoftmaxOptions options;
                   options.target = {device_chip(x.device().index())};
                   options.log = log;
+                  options.safe = safe;
                   return kernels::build_softmax(in, out_m, options);
                 },
                 {x, out});
@@ -105,7 +108,22 @@ at::Tensor& log_softmax_out_kernel(const at::Tensor& self, int64_t dim,
   return write_result(r, out);
 }
 
+// Attention's softmax (scaled_dot_product_attention's math path): one
+// program where a row is fully masked. Elsewhere (another dim, one element
+// per row, integer input) ATen's composite form runs on the device ops.
+at::Tensor safe_softmax_kernel(const at::Tensor& self, int64_t dim,
+                               std::optional<at::ScalarType> dtype) {
+  const at::Tensor x = dtype ? self.to(*dtype) : self;
+  const int64_t d = at::maybe_wrap_dim(dim, x.dim());
+  if (floating(x.scalar_type()) && x.dim() > 0 && d == x.dim() - 1 &&
+      x.size(-1) > 1) {
+    return along_last_dim(x, false, true);
+  }
+  return at::native::_safe_softmax(x, dim, std::nullopt);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_safe_softmax", safe_softmax_kernel);
   m.impl("_softmax", softmax_kernel);
   m.impl("_softmax.out", softmax_out_kernel);
   m.impl("_log_softmax", log_softmax_kernel);

@@ -200,6 +200,17 @@ uint32_t RowKernelWriter::binary(const std::string& name, uint32_t a,
   return add(LoopOpKind::kBinary, {a, b}, name);
 }
 
+uint32_t RowKernelWriter::compare(const std::string& name, uint32_t a,
+                                  uint32_t b) {
+  const uint32_t id = add(LoopOpKind::kBinary, {a, b}, name);
+  k_.ops[id].dtype = rt::DType::kBool;
+  return id;
+}
+
+uint32_t RowKernelWriter::select(uint32_t cond, uint32_t a, uint32_t b) {
+  return add(LoopOpKind::kSelect, {cond, a, b});
+}
+
 uint32_t RowKernelWriter::reduction(const std::string& name, uint32_t x,
                                     uint32_t part) {
   const uint32_t id = add(LoopOpKind::kReduction, {x}, name);

@@ -1,6 +1,7 @@
 #include "spyre/kernels/softmax.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "spyre/kernels/program_builder.h"
 #include "spyre/kernels/row_kernel.h"
@@ -123,9 +124,16 @@ void check(const Matrix& in, const Matrix& out) {
 
 }  // namespace
 
-LoopKernel describe_softmax(const Matrix& in, const Matrix& out, bool log) {
+LoopKernel describe_softmax(const Matrix& in, const Matrix& out, bool log,
+                            bool safe) {
   check(in, out);
-  RowKernelWriter w(log ? "log_softmax" : "softmax", in);
+  if (log && safe) {
+    throw KernelBuildError("softmax: the safe form is softmax's, not log's");
+  }
+  RowKernelWriter w(log    ? "log_softmax"
+                    : safe ? "safe_softmax"
+                           : "softmax",
+                    in);
   w.rows_operand("input", in, false);
   w.rows_operand("output", out, true);
   // the row max, the sum of exp(x - max), then exp(x - max) * (1 / sum) (as
@@ -145,7 +153,15 @@ LoopKernel describe_softmax(const Matrix& in, const Matrix& out, bool log) {
     w.store("output", w.binary("sub", x, w.unary("log", w.load("row_sum"))));
   } else {
     const uint32_t e = w.unary("exp", x);
-    w.store("output", w.binary("mul", e, w.unary("recip", w.load("row_sum"))));
+    uint32_t y = w.binary("mul", e, w.unary("recip", w.load("row_sum")));
+    if (safe) {
+      // a row max of -inf means every element is -inf (a NaN would make
+      // the max NaN): such a row is fully masked and gives zeros
+      const uint32_t row_max = w.load("row_max");
+      const uint32_t masked = w.compare("eq", row_max, w.constant(-INFINITY));
+      y = w.select(masked, w.constant(0.0), y);
+    }
+    w.store("output", y);
   }
   return std::move(w).finish();
 }
@@ -153,8 +169,12 @@ LoopKernel describe_softmax(const Matrix& in, const Matrix& out, bool log) {
 rt::Program build_softmax(const Matrix& in, const Matrix& out,
                           const SoftmaxOptions& o) {
   if (o.schedule == SoftmaxSchedule::kStreamed) {
-    return build_loop_kernel(describe_softmax(in, out, o.log), {o.target})
+    return build_loop_kernel(describe_softmax(in, out, o.log, o.safe),
+                             {o.target})
         .program;
+  }
+  if (o.safe) {
+    throw KernelBuildError("softmax: the safe form is streamed only");
   }
   check(in, out);
   const uint32_t budget = o.target.scratchpad_budget();

@@ -36,6 +36,44 @@ def test_softmax_of_offset_view_and_empty(dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+def test_safe_softmax_zeroes_fully_masked_rows_in_one_launch(dtype):
+    # attention's softmax: a row of nothing but -inf gives zeros; a partly
+    # masked row, and one with a NaN among -infs, are plain softmax's
+    a = rand((3, 5, 7, 40), dtype) * 3
+    a[0, 1, 2] = float("-inf")
+    a[1, 2, 3, :20] = float("-inf")
+    a[2, 0, 1] = float("-inf")
+    a[2, 0, 1, 5] = float("nan")
+    x = a.to("spyre")
+    torch.spyre.synchronize()
+    launches = torch.spyre.device_time_stats()["launches"]
+    got = torch.ops.aten._safe_softmax(x, -1)
+    torch.spyre.synchronize()
+    assert torch.spyre.device_time_stats()["launches"] == launches + 1
+    want = torch.ops.aten._safe_softmax(a.float(), -1)
+    assert torch.equal(got.cpu().isnan(), want.isnan())
+    assert torch.equal(got[0, 1, 2].cpu(), torch.zeros(40, dtype=dtype))
+    assert_matches(got.cpu().nan_to_num(), want.nan_to_num(), dtype)
+    # the unmasked rows are softmax's bits
+    assert torch.equal(got[1:2, :2].cpu(), F.softmax(x[1:2, :2], -1).cpu())
+    # an offset view, another dim, one element per row, a dtype argument
+    assert_matches(torch.ops.aten._safe_softmax(offset_view(a[0, 0]), -1),
+                   torch.ops.aten._safe_softmax(a[0, 0].float(), -1), dtype)
+    b = rand((4, 6, 9), dtype)
+    b[:, :, 2] = float("-inf")  # fully masked along dim 1
+    assert_matches(torch.ops.aten._safe_softmax(b.to("spyre"), 1),
+                   torch.ops.aten._safe_softmax(b.float(), 1), dtype)
+    col = a[..., :1].contiguous()
+    assert torch.equal(torch.ops.aten._safe_softmax(col.to("spyre"), -1).cpu(),
+                       torch.ops.aten._safe_softmax(col, -1))
+    wide = torch.ops.aten._safe_softmax(x[1], -1, torch.float32)
+    assert wide.dtype == torch.float32
+    assert_matches(wide, torch.ops.aten._safe_softmax(a[1], -1, torch.float32),
+                   torch.float32 if dtype == torch.float32 else dtype)
+    no_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("affine", [True, False])
 def test_layer_norm(dtype, affine):
     a = rand((2, 9, 201), dtype) * 2 + 1

@@ -41,6 +41,10 @@ class RowKernelWriter {
   uint32_t constant(double value);
   uint32_t unary(const std::string& name, uint32_t x);
   uint32_t binary(const std::string& name, uint32_t a, uint32_t b);
+  // a comparison ("eq", "lt", ...): a bool value
+  uint32_t compare(const std::string& name, uint32_t a, uint32_t b);
+  // `cond` ? a : b, in fp32
+  uint32_t select(uint32_t cond, uint32_t a, uint32_t b);
   uint32_t reduction(const std::string& name, uint32_t x, uint32_t part = 0);
   uint32_t round_to(uint32_t x, rt::DType dtype);
   // `value` into the argument `buffer` (rounded to its dtype), or kept for

@@ -31,13 +31,18 @@ struct SoftmaxOptions {
   Target target;  // the device planned for (program_builder.h)
   SoftmaxSchedule schedule = SoftmaxSchedule::kStreamed;
   bool log = false;
+  // Rows whose every element is -inf give zeros, not NaN (PyTorch's
+  // _safe_softmax, which attention uses); kStreamed softmax only.
+  bool safe = false;
 };
 
 // Device bytes of the stats argument kStatsThroughDram needs.
 uint64_t softmax_stats_bytes(const Matrix& in, const SoftmaxOptions& options);
 
 // The kStreamed softmax as a loop kernel. Slots: 0 = input, 1 = output.
-LoopKernel describe_softmax(const Matrix& in, const Matrix& out, bool log);
+// `safe`: SoftmaxOptions::safe (not with `log`).
+LoopKernel describe_softmax(const Matrix& in, const Matrix& out, bool log,
+                            bool safe = false);
 
 // Slots: 0 = input, 1 = output (same shape), 2 = stats (kStatsThroughDram).
 rt::Program build_softmax(const Matrix& in, const Matrix& out,
