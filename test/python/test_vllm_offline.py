@@ -8,8 +8,11 @@ must equal transformers' greedy ``generate`` on the CPU for a batch of
 prompts of different lengths (one token; within a block; across blocks), with
 no CPU fallback (strict mode around the whole vLLM step). The scheduler's
 chunked prefill and prefix caching, and seeded sampling, are checked the same
-way. The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so
-strict mode and the fallback counters see the model's ops.
+way. Presence, frequency and repetition penalties against vLLM's own CPU
+penalty code and transformers' generate; logprobs and prompt logprobs against
+a CPU log_softmax of the CPU model's logits. The engine runs in this process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0) so strict mode and the fallback counters
+see the model's ops.
 """
 
 import os
