@@ -260,6 +260,76 @@ PENALTIES = {
 }
 
 
+def test_device_penalties_equal_vllms_apply_penalties_on_the_cpu():
+    # A batch of rows with different penalties (one with none), prompts and
+    # outputs with repeated tokens and of different lengths (one output empty),
+    # negative, zero and positive logits; no CPU fallback.
+    from vllm.model_executor.layers.utils import apply_penalties
+
+    vocab = 300
+    gen = torch.Generator().manual_seed(7)
+    logits = torch.randn(4, vocab, generator=gen) * 3
+    logits[:, :8] = 0.0
+    params = [SamplingParams(repetition_penalty=1.7, presence_penalty=0.4, frequency_penalty=0.3),
+              None,
+              SamplingParams(frequency_penalty=-0.5),
+              SamplingParams(repetition_penalty=0.8, presence_penalty=-1.0)]
+    prompts = [[1, 2, 2, 5, 299], [7], [3, 3, 3], [0, 4, 6, 250, 251, 252]]
+    outputs = [[2, 9, 9, 9, 120], [8, 8], [], [4, 4, 100, 299]]
+    torch.spyre.reset_fallback_stats()
+    with torch.spyre.strict():
+        got = sampler.apply_penalties(logits.to("spyre"), params, prompts, outputs).cpu()
+    assert torch.spyre.fallback_stats() == {}
+
+    def padded(lists):
+        width = max(len(t) for t in lists)
+        return torch.tensor([t + [vocab] * (width - len(t)) for t in lists])
+
+    want = apply_penalties(
+        logits.clone(), padded(prompts), padded(outputs),
+        torch.tensor([p.presence_penalty if p else 0.0 for p in params]),
+        torch.tensor([p.frequency_penalty if p else 0.0 for p in params]),
+        torch.tensor([p.repetition_penalty if p else 1.0 for p in params]))
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert torch.equal(got[1], logits[1])
+    assert not torch.equal(got, logits)
+
+
+def cpu_penalized_sampled(model, prompt, params, new_tokens=NEW_TOKENS):
+    """The host sampler's tokens from the CPU model's logits after vLLM's own
+    CPU penalties (penalties before temperature, as vLLM's Sampler)."""
+    from vllm.model_executor.layers.utils import apply_penalties
+
+    generator = sampler.make_generator(params)
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            logits = model(torch.tensor([ids])).logits[0, -1:].float()
+            out = torch.tensor([ids[len(prompt):]], dtype=torch.int64).view(1, -1)
+            logits = apply_penalties(logits, torch.tensor([prompt]), out,
+                                     torch.tensor([params.presence_penalty]),
+                                     torch.tensor([params.frequency_penalty]),
+                                     torch.tensor([params.repetition_penalty]))
+            ids.append(sampler.sample(logits[0], params, generator))
+    return ids[len(prompt):]
+
+
+def test_seeded_sampling_with_penalties_equals_the_cpu(llama_dir):
+    prompts = prompts_of([6, 15], seed=11)
+    params = [SamplingParams(temperature=0.7, top_k=50, seed=3 + i, max_tokens=PENALTY_TOKENS,
+                             ignore_eos=True, **PENALTIES["all"]) for i in range(2)]
+    model = cpu_model(llama_dir)
+    want = [cpu_penalized_sampled(model, p, s, PENALTY_TOKENS) for p, s in zip(prompts, params)]
+    unpenalized = [SamplingParams(temperature=0.7, top_k=50, seed=3 + i) for i in range(2)]
+    assert want != [cpu_sampled(model, p, s, PENALTY_TOKENS) for p, s in zip(prompts, unpenalized)]
+    llm = make_llm(llama_dir)
+    try:
+        got = spyre_generate(llm, prompts, params)
+    finally:
+        close(llm)
+    assert got == want
+
+
 def test_greedy_with_penalties_equals_vllms_cpu_penalties(llama_dir):
     # Prompts whose plain greedy continuation repeats itself (or the
     # prompt), so each penalty changes the tokens; one batch mixing all the
