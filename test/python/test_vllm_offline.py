@@ -217,6 +217,10 @@ def test_unsupported_sampling_is_refused_with_a_clear_error(llama_dir):
         with pytest.raises(ValueError, match="spyre: not supported yet.*min_p"):
             llm.generate([TokensPrompt(prompt_token_ids=[5, 6])],
                          SamplingParams(max_tokens=2, min_p=0.1), use_tqdm=False)
+        # Logprobs of chosen tokens (vLLM's scoring) are not computed yet.
+        with pytest.raises(ValueError, match="spyre: not supported yet.*logprob_token_ids"):
+            llm.generate([TokensPrompt(prompt_token_ids=[5, 6])],
+                         SamplingParams(max_tokens=2, logprob_token_ids=[7, 8]), use_tqdm=False)
         # The engine keeps serving.
         assert spyre_generate(llm, [[5, 6]], greedy(2)) == cpu_greedy(
             cpu_model(llama_dir), [[5, 6]], 2)

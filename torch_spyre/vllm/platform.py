@@ -170,6 +170,10 @@ class SpyrePlatform(Platform):
         if not isinstance(params, SamplingParams):
             raise UnsupportedRequest("spyre: only text generation is supported (no pooling)")
         unsupported = []
+        if getattr(params, "logprob_token_ids", None):
+            unsupported.append("logprob_token_ids")
+        if getattr(params, "prompt_logprob_token_ids", None) is not None:
+            unsupported.append("prompt_logprob_token_ids")
         if params.min_p:
             unsupported.append("min_p")
         if params.min_tokens:
