@@ -8,8 +8,11 @@ must equal transformers' greedy ``generate`` on the CPU for a batch of
 prompts of different lengths (one token; within a block; across blocks), with
 no CPU fallback (strict mode around the whole vLLM step). The scheduler's
 chunked prefill and prefix caching, and seeded sampling, are checked the same
-way. The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so
-strict mode and the fallback counters see the model's ops.
+way. Presence, frequency and repetition penalties against vLLM's own CPU
+penalty code and transformers' generate; logprobs and prompt logprobs against
+a CPU log_softmax of the CPU model's logits. The engine runs in this process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0) so strict mode and the fallback counters
+see the model's ops.
 """
 
 import os
@@ -211,14 +214,266 @@ def test_seeded_sampling_is_reproducible_and_equals_the_cpu(llama_dir):
 def test_unsupported_sampling_is_refused_with_a_clear_error(llama_dir):
     llm = make_llm(llama_dir)
     try:
-        with pytest.raises(ValueError, match="spyre: not supported yet.*logprobs"):
+        with pytest.raises(ValueError, match="spyre: not supported yet.*min_p"):
             llm.generate([TokensPrompt(prompt_token_ids=[5, 6])],
-                         SamplingParams(max_tokens=2, logprobs=2), use_tqdm=False)
+                         SamplingParams(max_tokens=2, min_p=0.1), use_tqdm=False)
+        # Logprobs of chosen tokens (vLLM's scoring) are not computed yet.
+        with pytest.raises(ValueError, match="spyre: not supported yet.*logprob_token_ids"):
+            llm.generate([TokensPrompt(prompt_token_ids=[5, 6])],
+                         SamplingParams(max_tokens=2, logprob_token_ids=[7, 8]), use_tqdm=False)
         # The engine keeps serving.
         assert spyre_generate(llm, [[5, 6]], greedy(2)) == cpu_greedy(
             cpu_model(llama_dir), [[5, 6]], 2)
     finally:
         close(llm)
+
+
+# --- penalties and logprobs ------------------------------------------------------
+
+PENALTY_TOKENS = 12
+# Logprobs on the device against a CPU log_softmax of the CPU model's logits
+# (float32 both): absolute tolerance (they agree to 1e-6 on the emulator).
+LOGPROB_ATOL = 1e-5
+
+
+def cpu_penalized_greedy(model, prompt, params, new_tokens=PENALTY_TOKENS):
+    """Greedy tokens with vLLM 0.32.0's own penalty code
+    (``vllm.model_executor.layers.utils.apply_penalties``) applied on the CPU
+    to the CPU model's logits, and the raw (unpenalized) logits of each step."""
+    from vllm.model_executor.layers.utils import apply_penalties
+
+    ids, raw = list(prompt), []
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            logits = model(torch.tensor([ids])).logits[0, -1:].float()
+            raw.append(logits[0].clone())
+            out = torch.tensor([ids[len(prompt):]], dtype=torch.int64).view(1, -1)
+            logits = apply_penalties(logits, torch.tensor([prompt]), out,
+                                     torch.tensor([params.presence_penalty]),
+                                     torch.tensor([params.frequency_penalty]),
+                                     torch.tensor([params.repetition_penalty]))
+            ids.append(int(torch.argmax(logits[0])))
+    return ids[len(prompt):], raw
+
+
+PENALTIES = {
+    "repetition": dict(repetition_penalty=2.0),
+    "presence": dict(presence_penalty=1.5),
+    "frequency": dict(frequency_penalty=0.7),
+    "all": dict(repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.5),
+}
+
+
+def test_device_penalties_equal_vllms_apply_penalties_on_the_cpu():
+    # A batch of rows with different penalties (one with none), prompts and
+    # outputs with repeated tokens and of different lengths (one output empty),
+    # negative, zero and positive logits; no CPU fallback.
+    from vllm.model_executor.layers.utils import apply_penalties
+
+    vocab = 300
+    gen = torch.Generator().manual_seed(7)
+    logits = torch.randn(4, vocab, generator=gen) * 3
+    logits[:, :8] = 0.0
+    params = [SamplingParams(repetition_penalty=1.7, presence_penalty=0.4, frequency_penalty=0.3),
+              None,
+              SamplingParams(frequency_penalty=-0.5),
+              SamplingParams(repetition_penalty=0.8, presence_penalty=-1.0)]
+    prompts = [[1, 2, 2, 5, 299], [7], [3, 3, 3], [0, 4, 6, 250, 251, 252]]
+    outputs = [[2, 9, 9, 9, 120], [8, 8], [], [4, 4, 100, 299]]
+    torch.spyre.reset_fallback_stats()
+    with torch.spyre.strict():
+        got = sampler.apply_penalties(logits.to("spyre"), params, prompts, outputs).cpu()
+    assert torch.spyre.fallback_stats() == {}
+
+    def padded(lists):
+        width = max(len(t) for t in lists)
+        return torch.tensor([t + [vocab] * (width - len(t)) for t in lists])
+
+    want = apply_penalties(
+        logits.clone(), padded(prompts), padded(outputs),
+        torch.tensor([p.presence_penalty if p else 0.0 for p in params]),
+        torch.tensor([p.frequency_penalty if p else 0.0 for p in params]),
+        torch.tensor([p.repetition_penalty if p else 1.0 for p in params]))
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert torch.equal(got[1], logits[1])
+    assert not torch.equal(got, logits)
+
+
+def cpu_penalized_sampled(model, prompt, params, new_tokens=NEW_TOKENS):
+    """The host sampler's tokens from the CPU model's logits after vLLM's own
+    CPU penalties (penalties before temperature, as vLLM's Sampler)."""
+    from vllm.model_executor.layers.utils import apply_penalties
+
+    generator = sampler.make_generator(params)
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            logits = model(torch.tensor([ids])).logits[0, -1:].float()
+            out = torch.tensor([ids[len(prompt):]], dtype=torch.int64).view(1, -1)
+            logits = apply_penalties(logits, torch.tensor([prompt]), out,
+                                     torch.tensor([params.presence_penalty]),
+                                     torch.tensor([params.frequency_penalty]),
+                                     torch.tensor([params.repetition_penalty]))
+            ids.append(sampler.sample(logits[0], params, generator))
+    return ids[len(prompt):]
+
+
+def test_seeded_sampling_with_penalties_equals_the_cpu(llama_dir):
+    prompts = prompts_of([6, 15], seed=11)
+    params = [SamplingParams(temperature=0.7, top_k=50, seed=3 + i, max_tokens=PENALTY_TOKENS,
+                             ignore_eos=True, **PENALTIES["all"]) for i in range(2)]
+    model = cpu_model(llama_dir)
+    want = [cpu_penalized_sampled(model, p, s, PENALTY_TOKENS) for p, s in zip(prompts, params)]
+    unpenalized = [SamplingParams(temperature=0.7, top_k=50, seed=3 + i) for i in range(2)]
+    assert want != [cpu_sampled(model, p, s, PENALTY_TOKENS) for p, s in zip(prompts, unpenalized)]
+    llm = make_llm(llama_dir)
+    try:
+        got = spyre_generate(llm, prompts, params)
+    finally:
+        close(llm)
+    assert got == want
+
+
+def test_greedy_with_penalties_equals_vllms_cpu_penalties(llama_dir):
+    # Prompts whose plain greedy continuation repeats itself (or the
+    # prompt), so each penalty changes the tokens; one batch mixing all the
+    # penalties with a request without any.
+    prompts = prompts_of([5, 20], seed=1)
+    model = cpu_model(llama_dir)
+    plain = cpu_greedy(model, prompts, PENALTY_TOKENS)
+    cases = [(name, p) for name in PENALTIES for p in prompts]
+    params = [SamplingParams(temperature=0, max_tokens=PENALTY_TOKENS, ignore_eos=True,
+                             **PENALTIES[name]) for name, _ in cases]
+    want = [cpu_penalized_greedy(model, p, s)[0] for (_, p), s in zip(cases, params)]
+    llm = make_llm(llama_dir, max_num_seqs=16)
+    try:
+        got = spyre_generate(llm, [p for _, p in cases] + prompts,
+                             params + [greedy(PENALTY_TOKENS)] * len(prompts))
+    finally:
+        close(llm)
+    assert got[len(cases):] == plain  # requests without penalties are untouched
+    assert got[:len(cases)] == want
+    # Every penalty changes the tokens of at least one prompt.
+    for name in PENALTIES:
+        changed = [w != plain[prompts.index(p)] for (n, p), w in zip(cases, want) if n == name]
+        assert any(changed), name
+
+
+def test_repetition_penalty_equals_transformers_generate(llama_dir):
+    # transformers' RepetitionPenaltyLogitsProcessor (prompt and output tokens).
+    prompts = prompts_of([5, 20], seed=1)
+    model = cpu_model(llama_dir)
+    want = []
+    with torch.no_grad():
+        for ids in prompts:
+            ids = torch.tensor([ids])
+            got = model.generate(ids, max_new_tokens=PENALTY_TOKENS, do_sample=False,
+                                 repetition_penalty=2.0)
+            want.append(got[0, ids.shape[1]:].tolist())
+    assert want != cpu_greedy(model, prompts, PENALTY_TOKENS)
+    llm = make_llm(llama_dir)
+    try:
+        got = spyre_generate(llm, prompts, SamplingParams(
+            temperature=0, max_tokens=PENALTY_TOKENS, ignore_eos=True, repetition_penalty=2.0))
+    finally:
+        close(llm)
+    assert got == want
+
+
+def check_position(entry, token, ref, k):
+    """One position's vLLM logprobs (``{token: Logprob}``) against the CPU
+    logprobs ``ref [vocab]``: the token's own logprob and rank, and the top k."""
+    assert entry[token].logprob == pytest.approx(float(ref[token]), abs=LOGPROB_ATOL)
+    assert entry[token].rank == int((ref >= ref[token]).sum())
+    top = torch.topk(ref, k)
+    ranked = sorted((lp.rank, t, lp.logprob) for t, lp in entry.items() if lp.rank <= k)
+    # The sampled token can be among the top k: then it is there once.
+    assert [r for r, _, _ in ranked] == list(range(1, k + 1))
+    assert [t for _, t, _ in ranked] == top.indices.tolist()
+    assert [v for _, _, v in ranked] == pytest.approx(top.values.tolist(), abs=LOGPROB_ATOL)
+    assert set(entry) == set(top.indices.tolist()) | {token}
+
+
+def test_logprobs_are_the_raw_log_softmax_of_the_logits(llama_dir):
+    # vLLM's default logprobs_mode="raw_logprobs": the logprobs of the model's
+    # logits before the penalties. Requests asking for different counts, one
+    # with a repetition penalty and one without logprobs, in one batch.
+    prompts = prompts_of([4], seed=2) + prompts_of([5, 20], seed=1)[1:] + prompts_of([17], seed=2)
+    counts = [5, 1, None]
+    n = PENALTY_TOKENS
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, logprobs=5),
+              SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, logprobs=1,
+                             repetition_penalty=2.0),
+              greedy(n)]
+    model = cpu_model(llama_dir)
+    refs = [cpu_penalized_greedy(model, p, s, n) for p, s in zip(prompts, params)]
+    llm = make_llm(llama_dir)
+    try:
+        torch.spyre.reset_fallback_stats()
+        with torch.spyre.strict():
+            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
+                                use_tqdm=False)
+        assert torch.spyre.fallback_stats() == {}
+    finally:
+        close(llm)
+    for out, (tokens, raw), k in zip(outs, refs, counts):
+        got = out.outputs[0]
+        assert list(got.token_ids) == tokens
+        if k is None:
+            assert got.logprobs is None
+            continue
+        assert len(got.logprobs) == n
+        total = 0.0
+        for entry, token, logits in zip(got.logprobs, tokens, raw):
+            ref = torch.log_softmax(logits, dim=-1)
+            check_position(entry, token, ref, k)
+            total += float(ref[token])
+        assert got.cumulative_logprob == pytest.approx(total, abs=n * LOGPROB_ATOL)
+    # The penalized request's token logprobs are the raw ones, not the penalized.
+    assert refs[1][0] != cpu_greedy(model, prompts[1:2], n)[0]
+
+
+def cpu_prompt_logprobs(model, prompt):
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0].float()
+    return torch.log_softmax(logits, dim=-1)
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_prompt_logprobs_are_the_log_softmax_of_the_prompt_logits(llama_dir, chunked):
+    # Prompts of one token, within a block and (chunked: 16 tokens a step)
+    # over several prefill chunks; with and without sampled logprobs.
+    prompts = prompts_of([1, 6, 40], seed=4)
+    params = [SamplingParams(temperature=0, max_tokens=3, ignore_eos=True, prompt_logprobs=3),
+              SamplingParams(temperature=0, max_tokens=3, ignore_eos=True, prompt_logprobs=0,
+                             logprobs=2),
+              SamplingParams(temperature=0, max_tokens=3, ignore_eos=True, prompt_logprobs=3)]
+    extra = dict(enable_chunked_prefill=True, max_num_batched_tokens=16) if chunked else {}
+    model = cpu_model(llama_dir)
+    llm = make_llm(llama_dir, **extra)
+    try:
+        torch.spyre.reset_fallback_stats()
+        with torch.spyre.strict():
+            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
+                                use_tqdm=False)
+        assert torch.spyre.fallback_stats() == {}
+        stats = llm.collective_rpc("spyre_stats")[0]
+    finally:
+        close(llm)
+    if chunked:
+        assert stats["prefill_chunks"] > 0
+    for out, prompt, s in zip(outs, prompts, params):
+        assert list(out.outputs[0].token_ids) == cpu_greedy(model, [prompt], 3)[0]
+        got = out.prompt_logprobs
+        assert len(got) == len(prompt) and got[0] is None
+        ref = cpu_prompt_logprobs(model, prompt)
+        for i in range(1, len(prompt)):
+            check_position(got[i], prompt[i], ref[i - 1], s.prompt_logprobs)
+
+
+def test_unsupported_logprobs_mode_is_refused(llama_dir):
+    with pytest.raises(NotImplementedError, match="spyre: logprobs_mode='processed_logprobs'"):
+        make_llm(llama_dir, logprobs_mode="processed_logprobs")
 
 
 def test_tensor_parallel_over_two_devices_gives_the_same_tokens(llama_dir):

@@ -2,7 +2,8 @@
 spyre platform plugin, a tiny seeded Llama (no model hub), and the ``openai``
 client. Completions and chat completions, streamed and not, give the tokens
 transformers' greedy ``generate`` gives on the CPU; malformed and unsupported
-requests get a 4xx with a clear message and the server keeps serving."""
+requests get a 4xx with a clear message and the server keeps serving. A
+completion with a repetition penalty and logprobs against transformers."""
 
 import importlib.util
 import os
@@ -139,7 +140,38 @@ def test_malformed_and_unsupported_requests_get_a_4xx_and_the_server_keeps_servi
         client.completions.create(model="tiny", prompt="t5", max_tokens=1000)
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="no-such-model", prompt="t5", max_tokens=2)
-    with pytest.raises(openai.BadRequestError, match="spyre: not supported yet.*logprobs"):
-        client.completions.create(model="tiny", prompt="t5", max_tokens=2, logprobs=2)
+    with pytest.raises(openai.BadRequestError, match="spyre: not supported yet.*logit_bias"):
+        client.completions.create(model="tiny", prompt="t5", max_tokens=2,
+                                  logit_bias={"7": 5.0})
     out = client.completions.create(model="tiny", prompt="t9 t10", max_tokens=3, **GREEDY)
     assert token_ids(out.choices[0]) == cpu_greedy(path, [9, 10], 3)
+
+
+def test_completion_with_repetition_penalty_and_logprobs(server):
+    # Tokens as transformers' generate with its RepetitionPenaltyLogitsProcessor;
+    # logprobs (vLLM's raw_logprobs) as a CPU log_softmax of the unpenalized logits.
+    from transformers import AutoModelForCausalLM
+
+    client, path = server
+    new_tokens = 12
+    out = client.completions.create(
+        model="tiny", prompt="t5 t6 t7 t8 t9", max_tokens=new_tokens, logprobs=2, temperature=0,
+        extra_body={"ignore_eos": True, "return_token_ids": True, "repetition_penalty": 2.0})
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model.generation_config.eos_token_id = None
+    prompt = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        want = model.generate(prompt, max_new_tokens=new_tokens, do_sample=False,
+                              repetition_penalty=2.0, output_logits=True,
+                              return_dict_in_generate=True)
+    tokens = want.sequences[0, 5:].tolist()
+    assert tokens != cpu_greedy(path, [5, 6, 7, 8, 9], new_tokens)  # the penalty matters
+    assert token_ids(out.choices[0]) == tokens
+    got = out.choices[0].logprobs
+    for token, logprob, top, logits in zip(tokens, got.token_logprobs, got.top_logprobs,
+                                           want.logits):
+        ref = torch.log_softmax(logits[0].float(), dim=-1)
+        assert logprob == pytest.approx(float(ref[token]), abs=1e-5)
+        best = torch.topk(ref, 2)
+        assert top == pytest.approx({f"t{i}": v for i, v in
+                                     zip(best.indices.tolist(), best.values.tolist())}, abs=1e-5)

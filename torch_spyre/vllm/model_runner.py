@@ -7,8 +7,10 @@ loaded on the host and moved to the spyre device, run eagerly with the
 tokens of all requests into one sequence (``input_ids``/``position_ids``
 ``[1, tokens]``), writes their keys and values into their slots and attends
 over each request's blocks; the logits of the requests whose known tokens
-are all computed (a finished prompt or a decode step) are taken to the host
-and sampled there (``sampler.py``). What vLLM's scheduler decides (which
+are all computed (a finished prompt or a decode step) are penalized on the
+device, their logprobs computed on the device, and the token chosen on the
+host (``sampler.py``). Requests with ``prompt_logprobs`` also keep the logits
+of their prompt positions, as vLLM's GPU model runner does. What vLLM's scheduler decides (which
 requests, how many tokens each: whole prompts, chunks of prompts, decode
 steps; which blocks, shared prefix blocks included) is followed as given,
 so chunked prefill and prefix caching work as the scheduler plans them.
@@ -17,6 +19,7 @@ so chunked prefill and prefix caching work as the scheduler plans them.
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from vllm.logger import init_logger
 
@@ -35,6 +38,10 @@ class RequestState:
     num_computed_tokens: int
     sampling_params: object
     generator: torch.Generator | None
+    # prompt_logprobs: still to compute (the prompt not yet all computed), and
+    # the rows computed so far (vLLM's LogprobsTensors, on the host).
+    prompt_logprobs_pending: bool = False
+    prompt_logprobs_cpu: object = None
 
 
 class SpyreModelRunner:
@@ -138,7 +145,9 @@ class SpyreModelRunner:
                 num_prompt_tokens=len(new.prompt_token_ids), block_ids=list(new.block_ids[0]),
                 num_computed_tokens=new.num_computed_tokens,
                 sampling_params=new.sampling_params,
-                generator=sampler.make_generator(new.sampling_params))
+                generator=sampler.make_generator(new.sampling_params),
+                prompt_logprobs_pending=(new.sampling_params is not None
+                                         and new.sampling_params.prompt_logprobs is not None))
             self.stats["prefix_cached_tokens"] += new.num_computed_tokens
         cached = out.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
@@ -166,6 +175,9 @@ class SpyreModelRunner:
     def _prepare(self, out):
         """The step's packed inputs on the device and which requests sample."""
         ids, positions, steps, sample_rows, sampled_reqs = [], [], [], [], []
+        # (req_id, first prompt position, rows, index of its first row among
+        # prompt_rows, last chunk) of the requests computing prompt logprobs.
+        prompt_rows, prompt_plan = [], []
         for req_id, n in out.num_scheduled_tokens.items():
             if out.scheduled_spec_decode_tokens.get(req_id):
                 raise NotImplementedError("spyre: speculative decoding is not supported")
@@ -175,6 +187,16 @@ class SpyreModelRunner:
             if end > len(state.token_ids):
                 raise RuntimeError(f"spyre: request {req_id} scheduled up to token {end} but "
                                    f"only {len(state.token_ids)} are known")
+            if state.prompt_logprobs_pending:
+                # As vLLM's GPU model runner: the logits at positions start..
+                # give the logprobs of the prompt tokens start+1..; the last
+                # chunk has one logit fewer (the last prompt position samples).
+                remaining = state.num_prompt_tokens - (start + 1)
+                num_logits = n if n <= remaining else remaining
+                first = len(ids)
+                prompt_plan.append((req_id, start, max(num_logits, 0), len(prompt_rows),
+                                    n > remaining))
+                prompt_rows.extend(range(first, first + max(num_logits, 0)))
             ids.extend(state.token_ids[start:end])
             positions.extend(range(start, end))
             steps.append((n, end, state.block_ids))
@@ -185,11 +207,11 @@ class SpyreModelRunner:
                 self.stats["prefill_chunks"] += 1
         n = len(ids)
         batch, host = attention.make_step(steps, self.block_size, self.kv_caches, self.device,
-                                          host_ints=ids + positions + sample_rows)
+                                          host_ints=ids + positions + sample_rows + prompt_rows)
         input_ids = host[:n].view(1, n)
         position_ids = host[n:2 * n].view(1, n)
         logit_rows = host[2 * n:]
-        return input_ids, position_ids, logit_rows, batch, sampled_reqs
+        return input_ids, position_ids, logit_rows, batch, sampled_reqs, prompt_plan
 
     @torch.no_grad()
     def execute_model(self, out):
@@ -199,23 +221,95 @@ class SpyreModelRunner:
         if out.total_num_scheduled_tokens == 0:
             return EMPTY_MODEL_RUNNER_OUTPUT
         started = time.perf_counter()
-        input_ids, position_ids, logit_rows, batch, sampled_reqs = self._prepare(out)
+        input_ids, position_ids, logit_rows, batch, sampled_reqs, prompt_plan = \
+            self._prepare(out)
         with attention.step(batch):
-            logits_to_keep = logit_rows if sampled_reqs else 1
+            logits_to_keep = logit_rows if logit_rows.numel() else 1
             result = self.model(input_ids=input_ids, position_ids=position_ids,
                                 logits_to_keep=logits_to_keep, use_cache=False)
-        sampled: dict[str, list[int]] = {}
+        req_ids = list(out.num_scheduled_tokens)
+        req_id_to_index = {r: i for i, r in enumerate(req_ids)}
+        logits = result.logits[0]  # [sampled + prompt logprob rows, vocab], on the device
+        sampled, logprobs = {}, None
         if sampled_reqs:
-            logits = result.logits[0].to("cpu", torch.float32)
-            for row, req_id in enumerate(sampled_reqs):
-                state = self.requests[req_id]
-                token = sampler.sample(logits[row], state.sampling_params, state.generator)
-                state.token_ids.append(token)
-                sampled[req_id] = [token]
+            sampled, logprobs = self._sample(logits[:len(sampled_reqs)], sampled_reqs,
+                                             req_id_to_index)
+        prompt_logprobs = self._prompt_logprobs(logits, len(sampled_reqs), prompt_plan)
         self.stats["steps"] += 1
         self.stats["tokens"] += out.total_num_scheduled_tokens
         self.stats["model_seconds"] += time.perf_counter() - started
-        req_ids = list(out.num_scheduled_tokens)
-        return ModelRunnerOutput(req_ids=req_ids,
-                                 req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                 sampled_token_ids=[sampled.get(r, []) for r in req_ids])
+        return ModelRunnerOutput(req_ids=req_ids, req_id_to_index=req_id_to_index,
+                                 sampled_token_ids=[sampled.get(r, []) for r in req_ids],
+                                 logprobs=logprobs, prompt_logprobs_dict=prompt_logprobs)
+
+    def _sample(self, logits, sampled_reqs, req_id_to_index):
+        """One token per request from its row of ``logits`` (on the device):
+        logprobs of the raw logits and penalties on the device, the choice
+        on the host. Returns ``({req_id: [token]}, LogprobsLists or None)``."""
+        from vllm.v1.outputs import LogprobsLists
+
+        states = [self.requests[r] for r in sampled_reqs]
+        params = [s.sampling_params for s in states]
+        logits = logits.to(torch.float32)
+        vocab = logits.shape[-1]
+        want = [p.logprobs for p in params if p is not None and p.logprobs is not None]
+        raw = (sampler.compute_logprobs(logits, self.model_config.logprobs_mode)
+               if want else None)
+        if any(sampler.has_penalties(p) for p in params):
+            use = [sampler.has_penalties(p) for p in params]
+            logits = sampler.apply_penalties(
+                logits, [p if u else None for p, u in zip(params, use)],
+                [s.token_ids[:s.num_prompt_tokens] if u else [] for s, u in zip(states, use)],
+                [s.token_ids[s.num_prompt_tokens:] if u else [] for s, u in zip(states, use)])
+        host = logits.to("cpu")
+        tokens = []
+        for row, state in enumerate(states):
+            token = sampler.sample(host[row], state.sampling_params, state.generator)
+            state.token_ids.append(token)
+            tokens.append(token)
+        sampled = {r: [t] for r, t in zip(sampled_reqs, tokens)}
+        if not want:
+            return sampled, None
+        k = max(sampler.num_logprobs(n, vocab) for n in want)
+        ids, values, ranks = sampler.gather_logprobs(
+            raw, k, torch.tensor(tokens, dtype=torch.int64).to(logits.device))
+        ids, values, ranks = ids.cpu().numpy(), values.cpu().numpy(), ranks.cpu().numpy()
+        # One row per scheduled request (vLLM slices them by request index).
+        num_reqs = len(req_id_to_index)
+        all_ids = np.zeros((num_reqs, k + 1), dtype=np.int32)
+        all_values = np.zeros((num_reqs, k + 1), dtype=np.float32)
+        all_ranks = np.zeros(num_reqs, dtype=np.int64)
+        for row, req_id in enumerate(sampled_reqs):
+            i = req_id_to_index[req_id]
+            all_ids[i], all_values[i], all_ranks[i] = ids[row], values[row], ranks[row]
+        return sampled, LogprobsLists(all_ids, all_values, all_ranks)
+
+    def _prompt_logprobs(self, logits, first_row, prompt_plan):
+        """vLLM's prompt logprobs, computed on the device chunk by chunk and
+        returned (as LogprobsTensors on the host) when the prompt is done."""
+        from vllm.v1.outputs import LogprobsTensors
+
+        done = {}
+        for req_id, start, num_logits, offset, last in prompt_plan:
+            state = self.requests[req_id]
+            vocab = logits.shape[-1]
+            k = sampler.num_logprobs(state.sampling_params.prompt_logprobs, vocab)
+            if state.prompt_logprobs_cpu is None:
+                state.prompt_logprobs_cpu = LogprobsTensors.empty_cpu(
+                    state.num_prompt_tokens - 1, k + 1)
+            if num_logits > 0:
+                row = first_row + offset
+                scores = sampler.compute_logprobs(logits[row:row + num_logits],
+                                                  self.model_config.logprobs_mode)
+                targets = torch.tensor(state.token_ids[start + 1:start + 1 + num_logits],
+                                       dtype=torch.int64).to(logits.device)
+                ids, values, ranks = sampler.gather_logprobs(scores, k, targets)
+                cpu = state.prompt_logprobs_cpu
+                cpu.logprob_token_ids[start:start + num_logits].copy_(ids.cpu())
+                cpu.logprobs[start:start + num_logits].copy_(values.cpu())
+                cpu.selected_token_ranks[start:start + num_logits].copy_(ranks.cpu())
+            if last:
+                done[req_id] = state.prompt_logprobs_cpu
+                state.prompt_logprobs_cpu = None
+                state.prompt_logprobs_pending = False
+        return done

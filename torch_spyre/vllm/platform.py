@@ -151,25 +151,29 @@ class SpyrePlatform(Platform):
                 raise NotImplementedError(
                     f"spyre: quantization {model.quantization!r} is not supported yet")
             cls.check_if_supports_dtype(model.dtype)
+            from .sampler import LOGPROBS_MODES
+
+            if model.logprobs_mode not in LOGPROBS_MODES:
+                raise NotImplementedError(
+                    f"spyre: logprobs_mode={model.logprobs_mode!r} is not supported yet; "
+                    f"use one of {', '.join(LOGPROBS_MODES)} (logprobs of the model's raw "
+                    "logits)")
 
     @classmethod
     def validate_request(cls, processed_inputs, params) -> None:
-        """Refuses, per request, the sampling features this first version's
-        host sampler does not implement (it does greedy, temperature, top-k,
-        top-p and per-request seeds)."""
+        """Refuses, per request, the sampling features the sampler does not
+        implement (it does greedy, temperature, top-k, top-p, per-request
+        seeds, presence/frequency/repetition penalties, logprobs and
+        prompt_logprobs)."""
         from vllm.sampling_params import SamplingParams
 
         if not isinstance(params, SamplingParams):
             raise UnsupportedRequest("spyre: only text generation is supported (no pooling)")
         unsupported = []
-        if params.logprobs is not None:
-            unsupported.append("logprobs")
-        if params.prompt_logprobs is not None:
-            unsupported.append("prompt_logprobs")
-        if params.presence_penalty or params.frequency_penalty:
-            unsupported.append("presence/frequency penalties")
-        if params.repetition_penalty != 1.0:
-            unsupported.append("repetition_penalty")
+        if getattr(params, "logprob_token_ids", None):
+            unsupported.append("logprob_token_ids")
+        if getattr(params, "prompt_logprob_token_ids", None) is not None:
+            unsupported.append("prompt_logprob_token_ids")
         if params.min_p:
             unsupported.append("min_p")
         if params.min_tokens:
