@@ -51,26 +51,11 @@ class Chain {
 }  // namespace
 
 int log1p_steps(Operands& ops, int x) {
-  Chain c(ops);
-  const int u = c.op(VecOp::kAdd, x, 1.0);
-  const int d = c.op(VecOp::kSub, u, 1.0);
-  const int rewrite =
-      c.op(VecOp::kMul, c.unary(VecOp::kLog, u), c.op(VecOp::kDiv, x, d));
-  // u rounded to 1: log1p(x) is x to fp32 precision; u infinite: infinite.
-  const int near_zero = c.select(c.test(VecOp::kEq, d, 0.0), x, rewrite);
-  return c.select(c.test(VecOp::kEq, x, kInf), x, near_zero);
+  return ops.push(kernels::near_zero_step(false, x, rt::DType::kFloat32));
 }
 
 int expm1_steps(Operands& ops, int x) {
-  Chain c(ops);
-  const int u = c.unary(VecOp::kExp, x);
-  const int d = c.op(VecOp::kSub, u, 1.0);
-  const int rewrite =
-      c.op(VecOp::kMul, d, c.op(VecOp::kDiv, x, c.unary(VecOp::kLog, u)));
-  // exp overflowed: inf; underflowed to 0: -1; rounded to 1: x itself.
-  int r = c.select(c.test(VecOp::kEq, u, kInf), u, rewrite);
-  r = c.select(c.test(VecOp::kEq, d, -1.0), c.constant(-1.0), r);
-  return c.select(c.test(VecOp::kEq, d, 0.0), x, r);
+  return ops.push(kernels::near_zero_step(true, x, rt::DType::kFloat32));
 }
 
 int softplus_steps(Operands& ops, int x, double beta, double threshold) {

@@ -9,10 +9,10 @@
 
 namespace spyre::torch_glue::ops {
 
-// log(1 + x), accurate near 0: log(u) * x / (u - 1) with u = 1 + x rounded
-// (Goldberg's rewrite; x itself when u rounds to 1).
+// log(1 + x) and exp(x) - 1, accurate near 0: one step each, the loop
+// kernel's unary ops of those names (Goldberg's rewrites, written once in
+// kernels/src/loop_kernel_emit.cpp for eager and compiled code).
 int log1p_steps(Operands& ops, int x);
-// exp(x) - 1, accurate near 0: (u - 1) * x / log(u) with u = exp(x).
 int expm1_steps(Operands& ops, int x);
 // softplus as the CPU computes it: x where x * beta > threshold, else
 // log1p(exp(x * beta)) / beta.

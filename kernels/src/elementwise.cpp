@@ -214,6 +214,12 @@ uint32_t add_step(LoopKernel& lk, const Space& s, const ElementwiseStep& step,
       }
       break;
     }
+    case Kind::kExpm1:
+    case Kind::kLog1p:
+      op.kind = LoopOpKind::kUnary;
+      op.name = step.kind == Kind::kExpm1 ? "expm1" : "log1p";
+      op.args = {value_of(step.src[0])};
+      break;
     case Kind::kVector:
       switch (rt::vec_op_arity(step.op)) {
         case 0:
@@ -287,8 +293,8 @@ LoopKernel describe(const ElementwiseKernel& k, int64_t chunk) {
   for (size_t i = 0; i < k.steps.size(); ++i) {
     const ElementwiseStep& step = k.steps[i];
     const bool last = i + 1 == k.steps.size();
-    if (last && step.kind != ElementwiseStep::Kind::kVector &&
-        step.kind != ElementwiseStep::Kind::kRandom) {
+    if (last && (step.kind == ElementwiseStep::Kind::kColIndex ||
+                 step.kind == ElementwiseStep::Kind::kRowIndex)) {
       throw KernelBuildError(k.name + ": an index cannot be the output");
     }
     // the last step rounds once, straight to the output's dtype
@@ -351,6 +357,13 @@ ElementwiseStep index_step(ElementwiseStep::Kind kind, double start,
   s.kind = kind;
   s.op = rt::VecOp::kIota;
   s.imm2 = step;
+  return s;
+}
+
+ElementwiseStep near_zero_step(bool expm1, int src, rt::DType dtype) {
+  ElementwiseStep s = unary_step(rt::VecOp::kCopy, src, dtype);
+  s.kind =
+      expm1 ? ElementwiseStep::Kind::kExpm1 : ElementwiseStep::Kind::kLog1p;
   return s;
 }
 

@@ -377,11 +377,11 @@ std::optional<BlockEmitter::TileId> BlockEmitter::resident_tile(uint32_t op) {
   return std::nullopt;
 }
 
-// exp(x) - 1 and log(1 + x) accurate near 0 (Goldberg's rewrites), the
-// formulas of the eager kernels (csrc/ops/math_steps.cpp), so both paths give
-// the same bits: expm1 = (u - 1) * (x / log(u)) with u = exp(x) (u infinite:
-// u; u - 1 == -1: -1; u - 1 == 0: x); log1p = log(u) * (x / (u - 1)) with
-// u = 1 + x (u - 1 == 0: x; x infinite: x).
+// exp(x) - 1 and log(1 + x) accurate near 0 (Goldberg's rewrites), for
+// compiled code and eager ops alike (an eager expm1/log1p is one
+// ElementwiseStep of kind kExpm1/kLog1p, made into this op): expm1 = (u - 1) *
+// (x / log(u)) with u = exp(x) (u infinite: u; u - 1 == -1: -1; u - 1 == 0: x);
+// log1p = log(u) * (x / (u - 1)) with u = 1 + x (u - 1 == 0: x; x infinite: x).
 void BlockEmitter::accurate_near_zero(bool expm1, TileId x, TileId dst,
                                       int64_t rows, int64_t cols) {
   using rt::VecOp;
