@@ -5,6 +5,7 @@ computes (bit for bit where it says so), and that on spyre under
 torch.compile it removes what it is for (counted), within the model sweep's
 tolerance of the CPU's output."""
 
+import math
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -46,6 +47,8 @@ def test_registry_records_name_families_and_forms():
     assert adapter.graph is not None and adapter.module is not None
     with pytest.raises(ValueError):
         adapters.register(adapter)
+    abs_adapter = adapters.ADAPTERS["integer_abs"]
+    assert "t5" in abs_adapter.families and abs_adapter.module is None
 
 
 def _tiny(name):
@@ -170,3 +173,62 @@ def test_report_shows_the_adapters():
     assert "## Adapters applied" in text
     assert "| `rotate_half` | 1 | 2 | llama |" in text
     assert "hk 6 · ad 2" in text
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8])
+def test_integer_abs_is_exact_on_cpu(dtype):
+    info = torch.iinfo(dtype)
+    x = torch.cat([torch.tensor([info.min, info.min + 1, -1, 0, 1, info.max], dtype=dtype),
+                   torch.randint(info.min, info.max, (64,), dtype=dtype)])
+    assert torch.equal(adapters.relative_position.integer_abs(x), torch.abs(x))
+
+
+def t5_buckets(q, k):
+    """T5's bidirectional bucket arithmetic (models/t5/modeling_t5.py)."""
+    context = torch.arange(q, dtype=torch.long, device="spyre")[:, None]
+    memory = torch.arange(k, dtype=torch.long, device="spyre")[None, :]
+    relative = memory - context
+    buckets = (relative > 0).to(torch.long) * 16
+    relative = torch.abs(relative)
+    large = 8 + (torch.log(relative.float() / 8) / math.log(128 / 8) * 8).to(torch.long)
+    large = torch.min(large, torch.full_like(large, 15))
+    return buckets + torch.where(relative < 8, relative, large)
+
+
+def test_integer_abs_moves_t5_buckets_to_the_device():
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+    from torch_spyre._inductor import runtime
+    want = t5_buckets(8, 8).cpu()  # eager
+    runs = {}
+    for on in (False, True):
+        torch._dynamo.reset()
+        runtime.reset_stats()
+        before = adapters.graph_counts().get("integer_abs", 0)
+        with config.patch(adapters=on), inductor_config.patch(fx_graph_cache=False):
+            got = torch.compile(t5_buckets)(8, 8)
+            torch.spyre.synchronize()
+        assert torch.equal(got.cpu(), want)
+        runs[on] = (runtime.stats()["host_kernels"],
+                    adapters.graph_counts().get("integer_abs", 0) - before)
+    assert runs == {False: (1, 0), True: (0, 1)}
+
+
+def test_tiny_t5_compiled_on_spyre_has_no_host_kernel():
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+    from torch_spyre._inductor import runtime
+    case = _tiny("t5")
+    want = runner._forward_output(case.cpu_model, case.inputs, case.arch)
+    tolerance = runner.ATOL + runner.RTOL * want.abs().max().item()
+    inputs = {k: v.to("spyre") for k, v in case.inputs.items()}
+    host_kernels = {}
+    for on in (False, True):
+        torch._dynamo.reset()
+        runtime.reset_stats()
+        with config.patch(adapters=on), inductor_config.patch(fx_graph_cache=False):
+            out = runner._forward_output(torch.compile(case.spyre_copy()), inputs, case.arch)
+            torch.spyre.synchronize()
+        assert (out.cpu() - want).abs().max().item() <= tolerance
+        host_kernels[on] = runtime.stats()["host_kernels"]
+    assert host_kernels == {False: 1, True: 0}

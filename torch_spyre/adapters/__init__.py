@@ -13,7 +13,7 @@ import torch
 
 from .registry import (ADAPTERS, Adapter, apply_graph_adapters, graph_counts, register,
                        reset_graph_counts)
-from . import rotary  # noqa: F401  (registers its adapter)
+from . import relative_position, rotary  # noqa: F401  (register their adapters)
 
 __all__ = ["ADAPTERS", "Adapter", "adapt", "apply_graph_adapters", "graph_counts",
            "register", "reset_graph_counts"]
