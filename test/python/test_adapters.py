@@ -211,7 +211,7 @@ def test_integer_abs_moves_t5_buckets_to_the_device():
         assert torch.equal(got.cpu(), want)
         runs[on] = (runtime.stats()["host_kernels"],
                     adapters.graph_counts().get("integer_abs", 0) - before)
-    assert runs == {False: (1, 0), True: (0, 1)}
+    assert runs == {False: (1, 0), True: (0, 2)}  # the abs and the min with 15
 
 
 def test_tiny_t5_compiled_on_spyre_has_no_host_kernel():
@@ -232,3 +232,37 @@ def test_tiny_t5_compiled_on_spyre_has_no_host_kernel():
         assert (out.cpu() - want).abs().max().item() <= tolerance
         host_kernels[on] = runtime.stats()["host_kernels"]
     assert host_kernels == {False: 1, True: 0}
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_integer_minimum_maximum_are_exact_on_cpu(dtype):
+    info = torch.iinfo(dtype)
+    a = torch.randint(info.min, info.max, (256,), dtype=dtype)
+    b = torch.randint(info.min, info.max, (256,), dtype=dtype)
+    b[:4] = a[:4]  # ties
+    a[4], b[5] = info.min, info.max
+    rp = adapters.relative_position
+    assert torch.equal(rp.integer_minimum(a, b), torch.minimum(a, b))
+    assert torch.equal(rp.integer_maximum(a, b), torch.maximum(a, b))
+
+
+def test_tiny_switch_transformers_compiles_with_its_decoder_buckets_on_the_device():
+    """Its decoder's buckets take -min(relative, 0): without the adapter a
+    host kernel whose index is -Min(0, col - row)."""
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+    from torch_spyre._inductor import runtime
+    case = _tiny("switch_transformers")
+    want = runner._forward_output(case.cpu_model, case.inputs, case.arch)
+    tolerance = runner.ATOL + runner.RTOL * want.abs().max().item()
+    torch._dynamo.reset()
+    runtime.reset_stats()
+    before = adapters.graph_counts().get("integer_abs", 0)
+    with inductor_config.patch(fx_graph_cache=False):
+        out = runner._forward_output(torch.compile(case.spyre_copy()),
+                                     {k: v.to("spyre") for k, v in case.inputs.items()},
+                                     case.arch)
+        torch.spyre.synchronize()
+    assert (out.cpu() - want).abs().max().item() <= tolerance
+    assert runtime.stats()["host_kernels"] == 0
+    assert adapters.graph_counts().get("integer_abs", 0) - before == 4
