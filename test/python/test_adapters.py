@@ -47,7 +47,7 @@ def test_registry_records_name_families_and_forms():
     assert adapter.graph is not None and adapter.module is not None
     with pytest.raises(ValueError):
         adapters.register(adapter)
-    abs_adapter = adapters.ADAPTERS["integer_abs"]
+    abs_adapter = adapters.ADAPTERS["integer_abs_min_max"]
     assert "t5" in abs_adapter.families and abs_adapter.module is None
 
 
@@ -204,13 +204,13 @@ def test_integer_abs_moves_t5_buckets_to_the_device():
     for on in (False, True):
         torch._dynamo.reset()
         runtime.reset_stats()
-        before = adapters.graph_counts().get("integer_abs", 0)
+        before = adapters.graph_counts().get("integer_abs_min_max", 0)
         with config.patch(adapters=on), inductor_config.patch(fx_graph_cache=False):
             got = torch.compile(t5_buckets)(8, 8)
             torch.spyre.synchronize()
         assert torch.equal(got.cpu(), want)
         runs[on] = (runtime.stats()["host_kernels"],
-                    adapters.graph_counts().get("integer_abs", 0) - before)
+                    adapters.graph_counts().get("integer_abs_min_max", 0) - before)
     assert runs == {False: (1, 0), True: (0, 2)}  # the abs and the min with 15
 
 
@@ -257,7 +257,7 @@ def test_tiny_switch_transformers_compiles_with_its_decoder_buckets_on_the_devic
     tolerance = runner.ATOL + runner.RTOL * want.abs().max().item()
     torch._dynamo.reset()
     runtime.reset_stats()
-    before = adapters.graph_counts().get("integer_abs", 0)
+    before = adapters.graph_counts().get("integer_abs_min_max", 0)
     with inductor_config.patch(fx_graph_cache=False):
         out = runner._forward_output(torch.compile(case.spyre_copy()),
                                      {k: v.to("spyre") for k, v in case.inputs.items()},
@@ -265,4 +265,4 @@ def test_tiny_switch_transformers_compiles_with_its_decoder_buckets_on_the_devic
         torch.spyre.synchronize()
     assert (out.cpu() - want).abs().max().item() <= tolerance
     assert runtime.stats()["host_kernels"] == 0
-    assert adapters.graph_counts().get("integer_abs", 0) - before == 4
+    assert adapters.graph_counts().get("integer_abs_min_max", 0) - before == 4

@@ -68,7 +68,7 @@ def integer_abs_graph(gm: torch.fx.GraphModule) -> int:
 
 
 INTEGER_ABS = register(Adapter(
-    name="integer_abs",
+    name="integer_abs_min_max",
     families=FAMILIES,
     description="abs, minimum and maximum of integer tensors (T5's relative positions) as "
                 "where(x < 0, -x, x), where(a < b, a, b), where(a > b, a, b): exact for "
