@@ -75,6 +75,9 @@ def test_adapt_leaves_other_instances_alone():
     adapters.adapt(case.cpu_model)
     attention = other.model.layers[0].self_attn
     assert "forward" not in attention.__dict__
+    # only the rewritten modules are marked
+    assert "_spyre_adapters" not in case.cpu_model.model.embed_tokens.__dict__
+    assert case.cpu_model.model.layers[0].self_attn._spyre_adapters == {"rotate_half"}
 
 
 def test_adapt_skips_models_without_rope():

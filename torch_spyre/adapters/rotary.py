@@ -127,8 +127,7 @@ def rotate_half_module(model: torch.nn.Module) -> int:
     the selection form. Returns the number of modules rewritten."""
     count = 0
     for module in model.modules():
-        applied = module.__dict__.setdefault("_spyre_adapters", set())
-        if "rotate_half" in applied:
+        if "rotate_half" in module.__dict__.get("_spyre_adapters", ()):
             continue
         forward = type(module).forward
         code = getattr(forward, "__code__", None)
@@ -144,7 +143,7 @@ def rotate_half_module(model: torch.nn.Module) -> int:
         new_apply = _rebind(apply, rotate_half=rotate_half)
         module.forward = types.MethodType(_rebind(forward, apply_rotary_pos_emb=new_apply),
                                           module)
-        applied.add("rotate_half")
+        module.__dict__.setdefault("_spyre_adapters", set()).add("rotate_half")
         count += 1
     return count
 
