@@ -154,15 +154,21 @@ def _run_compiled(case, timed_runs):
     """The model through torch.compile, after torch_spyre.adapters.adapt
     (unless the adapters are switched off, _inductor.config.adapters): the
     result's `adapters` is what adapt applied plus what the adapters' graph
-    forms rewrote while compiling ({adapter: places})."""
+    forms rewrote while compiling ({adapter: places}). Compiled without
+    Inductor's caches: a graph loaded from a cache runs no pass, and its
+    rewrites would go uncounted."""
     import torch._dynamo
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
     from .. import adapters
     from .._inductor import config
     torch._dynamo.reset()
     model = case.spyre_copy()
     applied = adapters.adapt(model) if config.adapters else {}
     before = adapters.graph_counts()
-    result = _run_forward(case, torch.compile(model), timed_runs)
+    with inductor_config.patch(fx_graph_cache=False), \
+            functorch_config.patch(enable_autograd_cache=False):
+        result = _run_forward(case, torch.compile(model), timed_runs)
     for name, count in adapters.graph_counts().items():
         if count - before.get(name, 0):
             applied[name] = applied.get(name, 0) + count - before.get(name, 0)
