@@ -38,6 +38,23 @@ def test_non_affine_index_is_a_counted_host_fallback(name, fn):
     assert runtime.stats()["host_kernels"] == len(host)
 
 
+def test_host_fallback_evaluates_min_and_max_of_index_expressions():
+    # arange arithmetic folds into the index expression Min(0, col - row):
+    # its host evaluation takes the index variables as tensors (T5-family
+    # decoders' relative positions, with the adapters switched off)
+    from torch_spyre._inductor import config
+
+    def f(n):
+        rel = torch.arange(n, device="spyre")[None, :] - torch.arange(n, device="spyre")[:, None]
+        zero = torch.zeros_like(rel)
+        return -torch.min(rel, zero) + 3 * torch.max(rel, zero)
+    rel = torch.arange(8)[None, :] - torch.arange(8)[:, None]
+    with config.patch(adapters=False):
+        out, kinds = compile_run(f, 8)
+    assert torch.equal(out.cpu(), -rel.clamp(max=0) + 3 * rel.clamp(min=0))
+    assert "host" in kinds
+
+
 def test_host_fallback_next_to_device_programs():
     # the affine part of the graph stays device programs
     def f(a):

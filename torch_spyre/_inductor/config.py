@@ -24,6 +24,10 @@ matmul_tiling = True
 # program, the intermediate resident in the scratchpads); off: two matmul
 # programs with the intermediate in device memory.
 mlp_fusion = True
+# Apply the adapters' graph forms (torch_spyre/adapters: exact rewrites of
+# stock models' code the lowering cannot take as written, e.g. RoPE's
+# rotate_half concatenation); off: the graph as traced (measurements).
+adapters = True
 # Device layouts of the graph inputs' storages, set per compiled variant by
 # backend="spyre" (layouts.input_layout_signature); empty: every input is
 # assumed in the default layout of its own shape (a launch converts others).

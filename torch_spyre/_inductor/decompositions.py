@@ -236,7 +236,12 @@ def _normalise_by_reciprocal(gm: torch.fx.GraphModule) -> bool:
 
 
 def apply_spyre_rewrites(gm: torch.fx.GraphModule) -> None:
-    changed = _normalise_by_reciprocal(gm)
+    # the adapters' graph forms first (torch_spyre/adapters: exact rewrites
+    # of stock models' code, e.g. RoPE's rotate_half without a cat)
+    from ..adapters import apply_graph_adapters
+    from . import config
+    changed = config.adapters and apply_graph_adapters(gm)
+    changed = _normalise_by_reciprocal(gm) or changed
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not _on_spyre(node):
             continue
@@ -291,6 +296,8 @@ class SpyrePostGradPass(CustomGraphModulePass):
         from . import config
         digest = hashlib.sha256()
         for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
+            digest.update(path.read_bytes())
+        for path in sorted((pathlib.Path(__file__).parent.parent / "adapters").glob("*.py")):
             digest.update(path.read_bytes())
         digest.update(repr(config.snapshot()).encode())
         digest.update(_native_library_digest())

@@ -143,11 +143,31 @@ class _Writer:
         return out + self.lines
 
 
+def _tensor_printer():
+    """Inductor's Python printer, with Max and Min of index expressions as
+    elementwise torch ops: the host evaluation's index variables are tensors
+    (aranges), on which Python's max/min raise."""
+    from torch._inductor.codegen.common import PythonPrinter
+
+    class TensorPrinter(PythonPrinter):
+        def _fold(self, fn, args):
+            out = f"torch.as_tensor({self._print(args[0])})"
+            for arg in args[1:]:
+                out = f"{fn}({out}, torch.as_tensor({self._print(arg)}))"
+            return out
+
+        def _print_Max(self, expr):
+            return self._fold("torch.maximum", expr.args)
+
+        def _print_Min(self, expr):
+            return self._fold("torch.minimum", expr.args)
+    return TensorPrinter()
+
+
 def host_kernel_source(kernel_name: str, nodes: list[CapturedNode], loads: list[str],
                        stores: list[str]) -> str:
     """Python source of `def kernel_name(*buffers)` (loads, then stores)."""
-    from torch._inductor.codegen.common import PythonPrinter
-    printer = PythonPrinter().doprint
+    printer = _tensor_printer().doprint
     lines = [f"def {kernel_name}({', '.join(loads + stores)}):",
              "    import torch",
              "    from torch_spyre._inductor.runtime import count_host_kernel, "

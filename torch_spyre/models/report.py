@@ -55,6 +55,7 @@ def markdown(results):
                   f"over {settings.get('timed_runs')} runs after a warm-up; device: "
                   "modelled device time of one run.", ""]
     lines += _pass_rate_table(results) + [""]
+    lines += _adapters_table(results)
     lines += _failure_causes(results)
     lines += _results_table(results)
     return "\n".join(lines) + "\n"
@@ -67,6 +68,32 @@ def _pass_rate_table(results):
         lines.append(f"| {mode} | {passed} | {failed} | {skipped} | "
                      f"{rate_text(passed, failed)} |")
     return lines
+
+
+def adapters_applied(results):
+    """{adapter: {architecture: places rewritten}} over every mode."""
+    applied = defaultdict(dict)
+    for name, entry in results["architectures"].items():
+        for result in entry["modes"].values():
+            for adapter, count in (result.get("adapters") or {}).items():
+                applied[adapter][name] = max(count, applied[adapter].get(name, 0))
+    return dict(sorted(applied.items()))
+
+
+def _adapters_table(results):
+    """torch_spyre.adapters applied (compiled mode): exact rewrites of the
+    models' code that make it lowerable."""
+    applied = adapters_applied(results)
+    if not applied:
+        return []
+    lines = ["## Adapters applied", "",
+             "Exact rewrites of the models' code (`torch_spyre.adapters`) applied in "
+             "compiled mode; places: modules or graph nodes rewritten.", "",
+             "| adapter | architectures | places | which |", "|---|---:|---:|---|"]
+    for adapter, where in applied.items():
+        lines.append(f"| `{adapter}` | {len(where)} | {sum(where.values())} | "
+                     f"{_names(sorted(where))} |")
+    return lines + [""]
 
 
 def strict_blockers(results):
@@ -153,7 +180,8 @@ def _results_table(results):
     modes = modes_present(results)
     lines = ["## Results", "",
              "Cell: status, max abs error, CPU fallbacks (`fb`), views copied through "
-             "the host (`hc`), host time ratio spyre/CPU, modelled device time.", "",
+             "the host (`hc`), runs of compiled host kernels (`hk`), adapters applied "
+             "(`ad`), host time ratio spyre/CPU, modelled device time.", "",
              "| architecture | kind | " + " | ".join(modes) + " |",
              "|---|---|" + "---|" * len(modes)]
     for name in sorted(results["architectures"]):
@@ -175,6 +203,10 @@ def _result_cell(result):
         parts.append(f"fb {sum(result['fallbacks'].values())}")
     if result["host_copies"] is not None:
         parts.append(f"hc {result['host_copies']}")
+    if result.get("host_kernels"):
+        parts.append(f"hk {result['host_kernels']}")
+    if result.get("adapters"):
+        parts.append(f"ad {sum(result['adapters'].values())}")
     if result["host_ratio"] is not None:
         parts.append(f"x{result['host_ratio']:.1f}")
     if result["device_ns"] is not None:

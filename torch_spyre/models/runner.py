@@ -43,7 +43,7 @@ MAX_PARAMETERS = 20_000_000
 
 MODE_RESULT_FIELDS = ("status", "error", "max_error", "tolerance", "fallbacks",
                       "host_copies", "host_ratio", "spyre_ms", "cpu_ms", "device_ns",
-                      "seconds")
+                      "seconds", "host_kernels", "adapters")
 
 
 class CpuReferenceError(Exception):
@@ -151,9 +151,29 @@ def _run_strict(case, timed_runs):
 
 
 def _run_compiled(case, timed_runs):
+    """The model through torch.compile, after torch_spyre.adapters.adapt
+    (unless the adapters are switched off, _inductor.config.adapters): the
+    result's `adapters` is what adapt applied plus what the adapters' graph
+    forms rewrote while compiling ({adapter: places}). Compiled without
+    Inductor's caches: a graph loaded from a cache runs no pass, and its
+    rewrites would go uncounted."""
     import torch._dynamo
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    from .. import adapters
+    from .._inductor import config
     torch._dynamo.reset()
-    return _run_forward(case, torch.compile(case.spyre_copy()), timed_runs)
+    model = case.spyre_copy()
+    applied = adapters.adapt(model) if config.adapters else {}
+    before = adapters.graph_counts()
+    with inductor_config.patch(fx_graph_cache=False), \
+            functorch_config.patch(enable_autograd_cache=False):
+        result = _run_forward(case, torch.compile(model), timed_runs)
+    for name, count in adapters.graph_counts().items():
+        if count - before.get(name, 0):
+            applied[name] = applied.get(name, 0) + count - before.get(name, 0)
+    result["adapters"] = applied
+    return result
 
 
 def _run_forward(case, spyre_model, timed_runs, strict=False):
@@ -242,6 +262,8 @@ def _counted_run(run_on_spyre, strict):
     torch.spyre.reset_fallback_stats()
     torch.spyre.reset_op_stats()
     torch.spyre.reset_device_time_stats()
+    from .._inductor import runtime
+    runtime.reset_stats()
     torch.spyre.set_strict(strict)
     try:
         with torch.no_grad():
@@ -253,7 +275,9 @@ def _counted_run(run_on_spyre, strict):
         torch.spyre.set_strict(False)
     return output, {"fallbacks": dict(torch.spyre.fallback_stats()),
                     "host_copies": torch.spyre.op_stats()["host_materializations"],
-                    "device_ns": torch.spyre.device_time_stats()["total_ns"]}
+                    "device_ns": torch.spyre.device_time_stats()["total_ns"],
+                    # runs of compiled kernels the device lowering rejected
+                    "host_kernels": runtime.stats()["host_kernels"]}
 
 
 def _host_timing(run_on_spyre, run_on_cpu, timed_runs, strict):

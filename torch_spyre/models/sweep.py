@@ -153,6 +153,10 @@ def progress_line(prefix, mode, result):
         parts.append(f"fallbacks={sum(result['fallbacks'].values())}")
     if result["host_copies"] is not None:
         parts.append(f"host_copies={result['host_copies']}")
+    if result.get("host_kernels"):
+        parts.append(f"host_kernels={result['host_kernels']}")
+    if result.get("adapters"):
+        parts.append("adapters=" + ",".join(f"{k}:{v}" for k, v in result["adapters"].items()))
     if result["host_ratio"] is not None:
         parts.append(f"host x{result['host_ratio']:.1f}")
     if result["device_ns"] is not None:
