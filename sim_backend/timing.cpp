@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <queue>
 #include <set>
 #include <tuple>
 
@@ -150,48 +152,83 @@ class Scheduler {
     queues_.resize(n);
     heads_.assign(n, {});
     engine_free_.assign(n, {});
-    done_.resize(n);
+    waiting_on_.resize(n);
+    dependents_.resize(n);
     for (size_t c = 0; c < n; ++c) {
       const DecodedCore& core = exe.cores[c];
-      done_[c].assign(core.insts.size(), false);
+      waiting_on_[c].assign(core.insts.size(), 0);
+      dependents_[c].resize(core.insts.size());
       for (uint32_t i = 0; i < core.insts.size(); ++i) {
         queues_[c][static_cast<int>(core.insts[i].engine)].push_back(i);
       }
       remaining_ += core.insts.size();
     }
-  }
-
-  void run() {
-    while (remaining_ > 0) {
-      uint64_t best_start = std::numeric_limits<uint64_t>::max();
-      size_t best_core = 0;
-      int best_engine = -1;
-      for (size_t c = 0; c < queues_.size(); ++c) {
-        for (int e = 0; e < kNumEngines; ++e) {
-          uint64_t start;
-          if (!ready(c, e, start) || start >= best_start) continue;
-          best_start = start;
-          best_core = c;
-          best_engine = e;
+    for (size_t c = 0; c < n; ++c) {
+      const DecodedCore& core = exe.cores[c];
+      for (uint32_t i = 0; i < core.insts.size(); ++i) {
+        for (const InstRef& dep : core.insts[i].deps) {
+          ++waiting_on_[c][i];
+          dependents_[dep.core_index][dep.instruction].push_back(
+              InstRef{static_cast<uint32_t>(c), i});
         }
       }
-      if (best_engine < 0) {
+    }
+  }
+
+  // Event-driven: the heads of the engine queues whose dependencies are all
+  // done wait in a heap ordered by (start, core, engine). A head's start
+  // cannot change while it waits (its engine is busy with nothing else and
+  // its dependencies are placed), so the earliest is always the heap's top;
+  // ties go to the lowest core, then engine, as a scan in that order would.
+  void run() {
+    for (size_t c = 0; c < queues_.size(); ++c) {
+      for (int e = 0; e < kNumEngines; ++e) offer(c, e);
+    }
+    while (remaining_ > 0) {
+      if (ready_.empty()) {
         exe_.deadlock = describe_stall();
         return;
       }
-      place(best_core, best_engine, best_start);
+      const auto [start, c, e] = ready_.top();
+      ready_.pop();
+      const uint32_t placed = queues_[c][e][heads_[c][e]];
+      place(c, e, start);
+      offer(c, e);
+      for (const InstRef& next : dependents_[c][placed]) {
+        if (--waiting_on_[next.core_index][next.instruction] == 0) {
+          offer_if_head(next);
+        }
+      }
     }
   }
 
  private:
+  using Candidate = std::tuple<uint64_t, size_t, int>;  // start, core, engine
+
+  // Queues the head of (core, engine) if its dependencies are all done.
+  void offer(size_t c, int e) {
+    uint64_t start;
+    if (ready(c, e, start)) ready_.emplace(start, c, e);
+  }
+
+  void offer_if_head(InstRef ref) {
+    const DecodedInst& d = exe_.at(ref);
+    const int e = static_cast<int>(d.engine);
+    const auto& queue = queues_[ref.core_index][e];
+    const size_t head = heads_[ref.core_index][e];
+    if (head < queue.size() && queue[head] == ref.instruction) {
+      offer(ref.core_index, e);
+    }
+  }
+
   // Whether the head of (core, engine) can be placed, and when it starts.
   bool ready(size_t c, int e, uint64_t& start) const {
     const auto& queue = queues_[c][e];
     if (heads_[c][e] >= queue.size()) return false;
     const DecodedInst& d = exe_.cores[c].insts[queue[heads_[c][e]]];
+    if (waiting_on_[c][queue[heads_[c][e]]] != 0) return false;
     start = engine_free_[c][e];
     for (const InstRef& dep : d.deps) {
-      if (!done_[dep.core_index][dep.instruction]) return false;
       uint64_t available = exe_.at(dep).end;
       if (dep.core_index != c) {  // ring data travelling from another core
         available += uint64_t{table_.ring_hop_cycles} *
@@ -209,7 +246,6 @@ class Scheduler {
     d.start = start;
     d.end = start + duration(d, start);
     engine_free_[c][e] = d.end;
-    done_[c][i] = true;
     --remaining_;
   }
 
@@ -294,7 +330,10 @@ class Scheduler {
   std::vector<std::array<std::vector<uint32_t>, kNumEngines>> queues_;
   std::vector<std::array<size_t, kNumEngines>> heads_;
   std::vector<std::array<uint64_t, kNumEngines>> engine_free_;
-  std::vector<std::vector<bool>> done_;
+  // per instruction: dependencies not yet placed, and who depends on it
+  std::vector<std::vector<uint32_t>> waiting_on_;
+  std::vector<std::vector<std::vector<InstRef>>> dependents_;
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> ready_;
   std::set<BroadcastKey> broadcasts_;
   size_t remaining_ = 0;
 };
