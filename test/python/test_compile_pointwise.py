@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from compile_util import compile_and_compare
-from torch_spyre._inductor import scheduling
+from torch_spyre._inductor import runtime, scheduling
 
 h = torch.float16
 
@@ -106,3 +106,29 @@ def test_a_fused_chain_rounds_once_at_its_end(dtype):
     torch._dynamo.reset()
     wide = torch.compile(fn, backend="spyre")(x16.float().to("spyre"), y16.float().to("spyre"))
     assert torch.equal(got, wide.cpu().to(dtype))
+
+
+def _repeat_kv(x, n_rep):
+    # transformers' repeat_kv (grouped-query attention): kv head h // n_rep
+    b, heads, s, d = x.shape
+    return x[:, :, None].expand(b, heads, n_rep, s, d).reshape(b, heads * n_rep, s, d)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("fn", [
+    lambda k: _repeat_kv(k, 4) * 2.0,  # FloorDiv(head, 4)
+    # the heads tiled 3 times: ModularIndexing(head, 1, 2)
+    lambda k: k[:, None].expand(2, 3, 2, 5, 64).reshape(2, 6, 5, 64) + 1.0,
+    # tiled and repeated: ModularIndexing(head, 2, 2), cuts at 2 and 4 of 12
+    lambda k: k[:, None, :, None].expand(2, 3, 2, 2, 5, 64).reshape(2, 12, 5, 64) - 1.0,
+], ids=["repeat_kv", "tiled", "tiled_repeated"])
+def test_divided_head_index_is_a_device_program(fn, dtype):
+    # the kv head of an outer var divided (or taken modulo) is affine in
+    # the var's digits: one device program, no host kernel, exact
+    k = torch.randn(2, 2, 5, 64, dtype=dtype)
+    runtime.reset_stats()
+    torch._dynamo.reset()
+    with torch.spyre.strict():
+        out = torch.compile(fn)(k.to("spyre"))
+    assert runtime.stats()["host_kernels"] == 0
+    assert torch.equal(out.cpu(), fn(k))

@@ -24,6 +24,7 @@ from typing import Optional
 
 import sympy
 import torch
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
 from .. import _C
 from .capture import CapturedNode, Reduction, SpyreKernelTooLarge, SpyreLoweringError, Value
@@ -124,9 +125,15 @@ class KernelPlan:
     internal: set            # buffers produced and consumed only inside
     produced: dict           # buffer -> (node index, store)
     node_spaces: list = dataclasses.field(default_factory=list)
+    # outer vars split into digits (see _outer_digits)
+    digits: dict = dataclasses.field(default_factory=dict)
 
     def ranges(self, node_i: int) -> dict:
         return self.node_spaces[node_i].ranges()
+
+    def renamed(self, expr, node_i: int):
+        """`expr` (node `node_i`'s own vars) in the kernel's role symbols."""
+        return _in_digits(_renamed(expr, self.subs[node_i]), self.digits)
 
     def joint_extent(self) -> dict | None:
         sp = self.space
@@ -144,6 +151,64 @@ def _renamed(expr, subs):
 # COL_CHUNK * q + k, q a row var, so long rows spread over cores and blocks.
 COL_SPLIT_THRESHOLD = 8192
 COL_CHUNK = 4096
+
+
+def _outer_digits(space: Space, exprs) -> dict:
+    """Outer vars that the indices divide, as grouped-query attention's
+    repeat_kv reads kv head h // n_rep: FloorDiv(o, d) and ModularIndexing(o,
+    d, m) cut o at d (and d * m). A var whose cuts divide each other and its
+    size becomes mixed-radix digits (o = sum weight * digit), in which such
+    indices are affine. Returns {o: [(digit, size, weight)], least first}."""
+    sizes = dict(space.outer)
+    cuts: dict = {}
+    for expr in exprs:
+        for atom in sympy.sympify(expr).atoms(FloorDiv, ModularIndexing):
+            var = atom.args[0]
+            if var not in sizes:
+                continue
+            ends = [atom.args[1]] if isinstance(atom, FloorDiv) else \
+                [atom.args[1], atom.args[1] * atom.args[2]]
+            if all(isinstance(e, sympy.Integer) for e in ends):
+                cuts.setdefault(var, set()).update(int(e) for e in ends)
+    digits = {}
+    for var, ends in cuts.items():
+        n = sizes[var]
+        chain = sorted(e for e in ends if 1 < e < n)
+        if not chain or n % chain[-1] or any(b % a for a, b in zip(chain, chain[1:])):
+            continue
+        weights = [1] + chain
+        bounds = chain + [n]
+        digits[var] = [(sympy.Symbol(f"{var.name}d{i}", integer=True, nonnegative=True),
+                        bounds[i] // weights[i], weights[i]) for i in range(len(weights))]
+    return digits
+
+
+def _digit_value(digits: list, lo: int, hi: Optional[int] = None):
+    """(o // lo) % (hi // lo) in o's digits (lo and hi cut points)."""
+    return sum((w // lo) * d for d, _, w in digits if w >= lo and (hi is None or w < hi))
+
+
+def _in_digits(expr, digits: dict):
+    if not digits:
+        return expr
+    replaced = {}
+    for atom in expr.atoms(FloorDiv, ModularIndexing):
+        var = atom.args[0]
+        if var not in digits or not all(isinstance(a, sympy.Integer) for a in atom.args[1:]):
+            continue
+        lo = int(atom.args[1])
+        hi = None if isinstance(atom, FloorDiv) else lo * int(atom.args[2])
+        replaced[atom] = _digit_value(digits[var], lo, hi)
+    expr = expr.xreplace(replaced)
+    return sympy.expand(expr.xreplace({v: _digit_value(d, 1) for v, d in digits.items()}))
+
+
+def _space_in_digits(space: Space, digits: dict) -> Space:
+    outer = []
+    for var, n in space.outer:
+        outer += [(d, size) for d, size, _ in reversed(digits[var])] if var in digits \
+            else [(var, n)]
+    return dataclasses.replace(space, outer=outer)
 
 
 def _split_cols(space: Space, subs):
@@ -251,8 +316,16 @@ def check_group(name: str, nodes: list[CapturedNode], removable: set) -> KernelP
             produced[st.buffer] = (i, st)
     internal = {b for b in produced if b in removable}
     stored = [b for b in produced if b not in internal]
-    plan = KernelPlan(name, space, list(nodes), list(subs), stored, internal, produced,
-                      list(spaces))
+    exprs = []
+    for i, n in enumerate(nodes):
+        exprs += [_renamed(st.index, subs[i]) for st in n.stores]
+        exprs += [_renamed(v.args[0 if v.op == "index_expr" else 1], subs[i])
+                  for st in n.stores for v in _walk(st.value, set())
+                  if v.op in ("load", "index_expr")]
+    digits = _outer_digits(space, exprs)
+    plan = KernelPlan(name, _space_in_digits(space, digits), list(nodes), list(subs), stored,
+                      internal, produced, [_space_in_digits(sp, digits) for sp in spaces],
+                      digits)
     # In-kernel reads must see the producer's element at the same place.
     for i, n in enumerate(nodes):
         for load in _loads(n):
@@ -354,7 +427,7 @@ def describe_kernel(plan: KernelPlan) -> dict:
     args = kernel_args(plan)
 
     def access(node_i, buf, index, what):
-        acc = analyze_access(buffer_layout(buf), _renamed(index, plan.subs[node_i]),
+        acc = analyze_access(buffer_layout(buf), plan.renamed(index, node_i),
                              plan.ranges(node_i), f"{plan.name}: {what} {buf}",
                              plan.joint_extent())
         return dict(base=list(acc.base),
@@ -378,7 +451,7 @@ def describe_kernel(plan: KernelPlan) -> dict:
         elif v.op == "constant":
             op.update(op="constant", value=float(v.args[0]), dtype=compute)
         elif v.op == "index_expr":
-            expr = _renamed(v.args[0], plan.subs[node_i])
+            expr = plan.renamed(v.args[0], node_i)
             coeffs = {s: expr.coeff(s) for s in node_roles[node_i]}
             rest = sympy.expand(expr - sum(c * s for s, c in coeffs.items()))
             if not all(isinstance(c, sympy.Integer) for c in [*coeffs.values(), rest]):
