@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from compile_util import compile_and_compare
+from compile_util import POINTWISE_TOL, compile_and_compare
 from torch_spyre._inductor import runtime, scheduling
 
 h = torch.float16
@@ -132,3 +132,29 @@ def test_divided_head_index_is_a_device_program(fn, dtype):
         out = torch.compile(fn)(k.to("spyre"))
     assert runtime.stats()["host_kernels"] == 0
     assert torch.equal(out.cpu(), fn(k))
+
+
+def _rope_cos_sin(pos, inv_freq, dtype):
+    # transformers' rotary embedding: cos/sin of cat((freqs, freqs), -1)
+    freqs = pos[:, :, None].float() * inv_freq[None, None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+@pytest.mark.parametrize("head_dim,dtype,host_kernels", [
+    (128, torch.float16, 0),   # each half a whole stick: a device program
+    (64, torch.float32, 0),
+    (64, torch.float16, 1),    # half a stick: the store would start mid-stick
+])
+def test_rope_cos_sin_of_repeated_halves(head_dim, dtype, host_kernels):
+    # the col var read modulo head_dim / 2 splits into a col var of one half
+    # and an outer var over the halves
+    pos = torch.arange(7)[None].expand(2, 7).contiguous()
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    runtime.reset_stats()
+    torch._dynamo.reset()
+    with torch.spyre.strict():
+        out = torch.compile(_rope_cos_sin)(pos.to("spyre"), inv_freq.to("spyre"), dtype)
+    assert runtime.stats()["host_kernels"] == host_kernels
+    for o, r in zip(out, _rope_cos_sin(pos, inv_freq, dtype)):
+        torch.testing.assert_close(o.cpu(), r, **POINTWISE_TOL)

@@ -153,13 +153,18 @@ COL_SPLIT_THRESHOLD = 8192
 COL_CHUNK = 4096
 
 
-def _outer_digits(space: Space, exprs) -> dict:
+def _outer_digits(space: Space, exprs, split_col: bool) -> dict:
     """Outer vars that the indices divide, as grouped-query attention's
     repeat_kv reads kv head h // n_rep: FloorDiv(o, d) and ModularIndexing(o,
     d, m) cut o at d (and d * m). A var whose cuts divide each other and its
     size becomes mixed-radix digits (o = sum weight * digit), in which such
-    indices are affine. Returns {o: [(digit, size, weight)], least first}."""
+    indices are affine. With `split_col` the col var too (RoPE's cos/sin of
+    cat((freqs, freqs)) read col % (d / 2)): its lowest digit stays the col
+    var, the others become outer vars. Returns {var: [(digit, size,
+    weight)], least first}."""
     sizes = dict(space.outer)
+    if split_col and space.col:
+        sizes[space.col[0]] = space.col[1]
     cuts: dict = {}
     for expr in exprs:
         for atom in sympy.sympify(expr).atoms(FloorDiv, ModularIndexing):
@@ -208,7 +213,12 @@ def _space_in_digits(space: Space, digits: dict) -> Space:
     for var, n in space.outer:
         outer += [(d, size) for d, size, _ in reversed(digits[var])] if var in digits \
             else [(var, n)]
-    return dataclasses.replace(space, outer=outer)
+    col = space.col
+    if col and col[0] in digits:
+        low, *high = digits[col[0]]
+        col = (low[0], low[1])
+        outer += [(d, size) for d, size, _ in reversed(high)]
+    return dataclasses.replace(space, outer=outer, col=col)
 
 
 def _split_cols(space: Space, subs):
@@ -322,7 +332,8 @@ def check_group(name: str, nodes: list[CapturedNode], removable: set) -> KernelP
         exprs += [_renamed(v.args[0 if v.op == "index_expr" else 1], subs[i])
                   for st in n.stores for v in _walk(st.value, set())
                   if v.op in ("load", "index_expr")]
-    digits = _outer_digits(space, exprs)
+    digits = _outer_digits(space, exprs, split_col=space.col_tail is None and
+                           not any(n.is_reduction for n in nodes))
     plan = KernelPlan(name, _space_in_digits(space, digits), list(nodes), list(subs), stored,
                       internal, produced, [_space_in_digits(sp, digits) for sp in spaces],
                       digits)
