@@ -183,7 +183,7 @@ def _decompose(gm: torch.fx.GraphModule, node) -> bool:
                    for k, v in kwargs.items()}
     if fn(*fake_args, **fake_kwargs) is NotImplemented:
         return False
-    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch_spyre.adapters.fx import replace_with
     tensor_pos = [i for i, a in enumerate(args) if isinstance(a, torch.fx.Node)]
 
     def traced(*tensors):
@@ -191,20 +191,7 @@ def _decompose(gm: torch.fx.GraphModule, node) -> bool:
         for i, t in zip(tensor_pos, tensors):
             full[i] = t
         return fn(*full, **kwargs)
-    sub = make_fx(traced, tracing_mode="fake")(*[args[i].meta["val"] for i in tensor_pos])
-    env = {}
-    placeholders = iter(args[i] for i in tensor_pos)
-    with gm.graph.inserting_before(node):
-        for sn in sub.graph.nodes:
-            if sn.op == "placeholder":
-                env[sn] = next(placeholders)
-            elif sn.op == "output":
-                result = torch.fx.map_arg(sn.args[0], lambda n: env[n])
-            else:
-                new = gm.graph.node_copy(sn, lambda n: env[n])
-                env[sn] = new
-    node.replace_all_uses_with(result)
-    gm.graph.erase_node(node)
+    replace_with(gm, node, traced, [args[i] for i in tensor_pos], decompose=False)
     return True
 
 

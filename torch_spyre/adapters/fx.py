@@ -11,13 +11,15 @@ def on_spyre(node: torch.fx.Node) -> bool:
     return isinstance(value, torch.Tensor) and value.device.type == "spyre"
 
 
-def replace_with(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, inputs) -> None:
+def replace_with(gm: torch.fx.GraphModule, node: torch.fx.Node, fn, inputs,
+                 decompose: bool = True) -> None:
     """Replaces `node` by the ops of `fn(*inputs)`, traced on the inputs' fake
-    values (make_fx: the same aten ops a post-grad graph holds)."""
+    values (make_fx). With `decompose`, the trace applies Inductor's
+    decompositions: the same aten ops a post-grad graph holds."""
     from torch._inductor.decomposition import select_decomp_table
     from torch.fx.experimental.proxy_tensor import make_fx
-    # Inductor's decompositions: the ops a post-grad graph may hold
-    sub = make_fx(fn, decomposition_table=select_decomp_table(),
+    table = select_decomp_table() if decompose else None
+    sub = make_fx(fn, decomposition_table=table,
                   tracing_mode="fake")(*[n.meta["val"] for n in inputs])
     env, placeholders, result = {}, iter(inputs), None
     with gm.graph.inserting_before(node):
