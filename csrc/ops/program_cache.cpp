@@ -4,6 +4,7 @@
 
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <list>
 #include <mutex>
@@ -26,10 +27,11 @@ size_t capacity_from_environment() {
   const char* text = std::getenv("SPYRE_PROGRAM_CACHE_SIZE");
   if (text == nullptr || *text == '\0') return kDefaultProgramCacheCapacity;
   char* end = nullptr;
+  errno = 0;  // strtoll saturates out-of-range numbers and says so only here
   const long long value = std::strtoll(text, &end, 10);
-  TORCH_CHECK_VALUE(*end == '\0' && value > 0,
+  TORCH_CHECK_VALUE(*end == '\0' && errno != ERANGE && value > 0,
                     "spyre: SPYRE_PROGRAM_CACHE_SIZE must be a positive "
-                    "number of programs, got '",
+                    "number of programs that fits in 64 bits, got '",
                     text, "'");
   return static_cast<size_t>(value);
 }

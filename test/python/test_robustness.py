@@ -366,14 +366,11 @@ def test_garbage_spyre_strict_is_a_clear_error_at_first_fallback(fresh_python):
     assert all("SPYRE_STRICT='lots' is not a boolean" in e for e in errors)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SPYRE_PROGRAM_CACHE_SIZE=99999999999999999999 is accepted: strtoll saturates "
-    "to LLONG_MAX (ERANGE not checked in csrc/ops/program_cache.cpp "
-    "capacity_from_environment), while every SPYRE_SIM_* variable rejects it"))
 def test_out_of_range_program_cache_size_is_rejected(fresh_python):
     result = fresh_python(ENV_PROBE, SPYRE_PROGRAM_CACHE_SIZE="99999999999999999999")
     assert result.returncode != 0
     assert "SPYRE_PROGRAM_CACHE_SIZE" in result.stderr
+    assert "'99999999999999999999'" in result.stderr
 
 
 # ---------------------------------------------------------- serialization
