@@ -281,6 +281,8 @@ class Scheduler {
     const rt::StickTransfer* xfer = nullptr;
     if (const auto* load = std::get_if<rt::DmaLoad>(&inst)) xfer = &load->xfer;
     if (const auto* store = std::get_if<rt::DmaStore>(&inst)) {
+      // A masked store moves the same bursts, the mask beside the data;
+      // LPDDR5's longer same-bank spacing of masked writes is not modelled.
       xfer = &store->xfer;
     }
     if (xfer != nullptr) {

@@ -385,6 +385,14 @@ class Validator {
     check_transfer(i.xfer);
     require(i.xfer.share_group == 0, "share_group ", i.xfer.share_group,
             " is only valid on DmaLoad (stores cannot be shared)");
+    if (i.masked()) {
+      require(i.mask_begin < i.mask_end && i.mask_end <= i.xfer.run_bytes,
+              "write mask [", i.mask_begin, ", ", i.mask_end,
+              ") is empty or reaches past run_bytes ", i.xfer.run_bytes);
+    } else {
+      require(i.mask_begin == 0, "mask_begin ", i.mask_begin,
+              " without a mask_end (0 means unmasked)");
+    }
   }
   void check_fields(const IndexedRows& i) {
     check_slot(i.table, "table");

@@ -53,9 +53,11 @@ void fields(Ar& ar, P& x) {
      x.dram_stride2, x.spad_stride1, x.spad_stride2, x.share_group);
 }
 template <typename Ar, typename P>
-requires std::is_same_v<std::remove_const_t<P>, DmaLoad> ||
-    std::is_same_v<std::remove_const_t<P>, DmaStore>
+requires std::is_same_v<std::remove_const_t<P>, DmaLoad>
 void fields(Ar& ar, P& i) { ar(i.xfer); }
+template <typename Ar, typename P>
+requires std::is_same_v<std::remove_const_t<P>, DmaStore>
+void fields(Ar& ar, P& i) { ar(i.xfer, i.mask_begin, i.mask_end); }
 template <typename Ar, typename P>
 requires std::is_base_of_v<IndexedRows, std::remove_const_t<P>>
 void fields(Ar& ar, P& g) {

@@ -228,8 +228,10 @@ class Launch {
               bytes, "-byte scratchpad");
   }
 
+  // Bytes [begin, end) of each run move (a store's write mask; the whole
+  // run otherwise).
   void transfer(size_t c, const DecodedInst& d, const rt::StickTransfer& x,
-                bool to_device) {
+                bool to_device, uint32_t begin, uint32_t end) {
     const char* what = to_device ? "DmaStore" : "DmaLoad";
     rt::DevicePtr base = 0;
     device_extent(d, c, base, what);
@@ -257,10 +259,10 @@ class Launch {
           // store, and a failed launch must leave device memory as it was:
           // keep the bytes this run overwrites (only them: other cores write
           // the rest of the same tensor concurrently).
-          if (exe_.has_indexed_rows) remember(dram, x.run_bytes);
-          std::memcpy(dram, local, x.run_bytes);
+          if (exe_.has_indexed_rows) remember(dram + begin, end - begin);
+          std::memcpy(dram + begin, local + begin, end - begin);
         } else {
-          std::memcpy(local, dram, x.run_bytes);
+          std::memcpy(local + begin, dram + begin, end - begin);
         }
       }
     }
@@ -360,9 +362,10 @@ class Launch {
   bool step(size_t c, const DecodedInst& d) {
     std::span<uint8_t> spad = spads_[c];
     if (auto* l = std::get_if<rt::DmaLoad>(&d.inst)) {
-      transfer(c, d, l->xfer, false);
+      transfer(c, d, l->xfer, false, 0, l->xfer.run_bytes);
     } else if (auto* s = std::get_if<rt::DmaStore>(&d.inst)) {
-      transfer(c, d, s->xfer, true);
+      transfer(c, d, s->xfer, true, s->mask_begin,
+               s->masked() ? s->mask_end : s->xfer.run_bytes);
     } else if (auto* g = std::get_if<rt::DmaGather>(&d.inst)) {
       indexed_rows(c, d, *g, false);
     } else if (auto* sc = std::get_if<rt::DmaScatter>(&d.inst)) {

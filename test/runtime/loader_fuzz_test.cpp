@@ -121,7 +121,7 @@ class FieldMutator {
     field(x.share_group);
   }
   void field(DmaLoad& i) { field(i.xfer); }
-  void field(DmaStore& i) { field(i.xfer); }
+  void field(DmaStore& i) { fields(i.xfer, i.mask_begin, i.mask_end); }
   void field(IndexedRows& g) {
     fields(g.table, g.table_rows, g.table_row_stride, g.row_bytes, g.index_spad,
            g.index_dtype, g.count, g.spad, g.spad_stride);

@@ -135,9 +135,10 @@ inline Program sample_program() {
   shared_w1.spad = 0;
   c1.instructions.push_back(DmaLoad{shared_w1});
   c1.instructions.push_back(RingRecv{7, 0, 4096, 4096});
-  // Two runs written backwards from byte 4224: [3968, 4224) of y.
+  // Two runs written backwards from byte 4224: [3968, 4224) of y, bytes
+  // [4, 124) of each under a write mask.
   c1.instructions.push_back(
-      DmaStore{transfer(kSlotY, 4096, 4096, 128, 2, -128, 128)});
+      DmaStore{transfer(kSlotY, 4096, 4096, 128, 2, -128, 128), 4, 124});
   p.cores = {c0, c1};
   return p;
 }

@@ -380,6 +380,18 @@ std::vector<Violation> violations() {
       {"share group on a store",
        [](Program& p) { inst<DmaStore>(p, 0, 11).xfer.share_group = 2; },
        "share_group 2 is only valid on DmaLoad"},
+      {"write mask past the run",
+       [](Program& p) { inst<DmaStore>(p, 0, 11).mask_end = 129; },
+       "write mask [0, 129) is empty or reaches past run_bytes 128"},
+      {"empty write mask",
+       [](Program& p) {
+         inst<DmaStore>(p, 0, 11).mask_begin = 64;
+         inst<DmaStore>(p, 0, 11).mask_end = 64;
+       },
+       "write mask [64, 64) is empty"},
+      {"mask_begin without mask_end",
+       [](Program& p) { inst<DmaStore>(p, 0, 11).mask_begin = 8; },
+       "mask_begin 8 without a mask_end"},
       {"share group of nine",
        [](Program& p) {
          StickTransfer x = inst<DmaLoad>(p, 1, 0).xfer;

@@ -167,10 +167,10 @@ TEST(Deserialize, RejectsUnknownEnumValues) {
 }
 
 TEST(Deserialize, RejectsUnknownInstructionTypeAndBadBool) {
-  // copy_program's last bytes before the checksum: the store's share_group
-  // (u32); the one before its 56-byte transfer is the type byte.
+  // copy_program's last bytes before the checksum: the store's 56-byte
+  // transfer and its write mask (two u32); the byte before is its type.
   std::vector<uint8_t> bytes = serialize(testing::copy_program());
-  size_t type_at = bytes.size() - 4 - 56 - 1;
+  size_t type_at = bytes.size() - 4 - 8 - 56 - 1;
   ASSERT_EQ(bytes[type_at], 1);  // DmaStore
   constexpr size_t kUnknown = std::variant_size_v<Instruction>;
   bytes[type_at] = kUnknown;

@@ -61,8 +61,16 @@ struct DmaLoad {
   StickTransfer xfer;
   bool operator==(const DmaLoad&) const = default;
 };
+// A store writes its runs whole or, with a write mask (LPDDR5's data mask),
+// only bytes [mask_begin, mask_end) of each run: the run's other bytes keep
+// what device memory holds. Kernels writing disjoint parts of one stick
+// (other cores, other streams) therefore never undo each other's writes, and
+// a store into part of a stick need not read the stick first.
 struct DmaStore {
   StickTransfer xfer;
+  uint32_t mask_begin = 0;
+  uint32_t mask_end = 0;  // 0: no mask, every byte of each run
+  bool masked() const { return mask_end != 0; }
   bool operator==(const DmaStore&) const = default;
 };
 
@@ -297,8 +305,8 @@ struct ProgramLimits {
 void validate(const Program& program, const ProgramLimits& limits);
 
 // Versioned binary format ("SPYREPRG", version, little-endian fields).
-// 2: bitwise VecOps; 3: DmaScatter.
-inline constexpr uint32_t kProgramFormatVersion = 3;
+// 2: bitwise VecOps; 3: DmaScatter; 4: DmaStore's write mask.
+inline constexpr uint32_t kProgramFormatVersion = 4;
 std::vector<uint8_t> serialize(const Program& program);
 // Parses and validates; any malformed input raises kMalformedProgram.
 Program deserialize(std::span<const uint8_t> bytes,
