@@ -264,8 +264,8 @@ kernels::LoopKernel loop_kernel_of(const py::dict& d) {
     if (b.contains("offset_bytes")) {
       buf.offset_bytes = field<uint64_t>(b, "offset_bytes");
     }
-    buf.read_modify_write =
-        optional_field<bool>(b, "read_modify_write").value_or(false);
+    buf.shares_sticks =
+        optional_field<bool>(b, "shares_sticks").value_or(false);
     k.buffers.push_back(std::move(buf));
   }
   for (const auto& item : field<py::list>(d, "ops")) {

@@ -195,7 +195,7 @@ void launch_elementwise(std::string_view name, c10::ArrayRef<at::Tensor> inputs,
   kernel.target = {device_chip(out.device().index())};
   kernel.shape = sizes;
   kernel.output = *out_operand;
-  kernel.output_read_modify_write = write_needs_read(out, sizes, *out_operand);
+  kernel.output_shares_sticks = write_shares_sticks(out, sizes, *out_operand);
   kernel.steps.assign(steps.begin(), steps.end());
   std::vector<at::Tensor> tensors;
   tensors.reserve(inputs.size() + 1);

@@ -274,7 +274,7 @@ std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor) {
                        tensor.storage_offset());
 }
 
-bool write_needs_read(const at::Tensor& tensor, at::IntArrayRef sizes,
+bool write_shares_sticks(const at::Tensor& tensor, at::IntArrayRef sizes,
                       const kernels::StickOperand& operand) {
   if (operand.first != 0) return true;
   const int64_t per_stick = operand.elements_per_stick();

@@ -43,9 +43,9 @@ std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
 std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor);
 
 // True when writing the stick operand of (sizes, strides, offset) whole
-// sticks would overwrite elements outside the view (the kernel must read
-// the sticks first).
-bool write_needs_read(const at::Tensor& tensor, at::IntArrayRef sizes,
+// sticks would overwrite elements outside the view (the kernel's stores
+// must carry write masks).
+bool write_shares_sticks(const at::Tensor& tensor, at::IntArrayRef sizes,
                       const kernels::StickOperand& operand);
 
 // `tensor`'s values in a fresh contiguous tensor with the default layout.

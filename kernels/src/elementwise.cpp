@@ -303,7 +303,7 @@ LoopKernel describe(const ElementwiseKernel& k, int64_t chunk) {
   }
   LoopStore store{0, values.back(), "out", BufferAccess{}};
   lk.buffers.push_back(buffer_of("out", k.output, s, true, *store.access));
-  lk.buffers.back().read_modify_write = k.output_read_modify_write;
+  lk.buffers.back().shares_sticks = k.output_shares_sticks;
   lk.stores.push_back(std::move(store));
   return lk;
 }
@@ -393,7 +393,7 @@ void ElementwiseKernel::append_key(KeyWriter& key) const {
   key.add(static_cast<uint64_t>(inputs.size()));
   for (const StickOperand& op : inputs) op.append_key(key);
   output.append_key(key);
-  key.add(output_read_modify_write);
+  key.add(output_shares_sticks);
   key.add(static_cast<uint64_t>(steps.size()));
   for (const ElementwiseStep& step : steps) step.append_key(key);
   key.add(target.cores());

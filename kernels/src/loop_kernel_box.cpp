@@ -185,13 +185,14 @@ Box make_box(const LoopKernel& kernel, const LoopBuffer& buffer, uint32_t slot,
   box.bytes = static_cast<uint64_t>(size);
   box.elem_offset = static_cast<uint32_t>(e0 * es);
   box.stick_count = n_sticks;
+  box.sticks_apart = !sticks_contiguous;
   return box;
 }
 
 void check_store_box(const LoopKernel& kernel, const LoopBuffer& buffer,
                      const Box& box, const BufferAccess& access) {
   const std::string& what = kernel.name;
-  if (box.elem_offset != 0 && !buffer.read_modify_write) {
+  if (box.elem_offset != 0 && !buffer.shares_sticks) {
     throw KernelBuildError(rt::str(what, ": the store into ", buffer.name,
                                    " does not start a stick"));
   }
@@ -223,6 +224,13 @@ void check_store_box(const LoopKernel& kernel, const LoopBuffer& buffer,
       throw KernelBuildError(
           rt::str(what, ": strided store into the sticks of ", buffer.name));
     }
+  }
+  if (buffer.shares_sticks && walks_sticks &&
+      box.stick_walk == StickWalk::kNone) {
+    throw KernelBuildError(rt::str(
+        what, ": a store into part of the sticks of ", buffer.name,
+        " writes them in pieces; a write mask covers one run of elements per "
+        "run of sticks"));
   }
   if (!walks_sticks && buffer.host_sizes.back() > 1) {
     std::string sizes = "[";

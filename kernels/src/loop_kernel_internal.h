@@ -67,6 +67,9 @@ struct Box {
   StickWalk stick_walk = StickWalk::kNone;
   int64_t stick_count = 0;
   int64_t valid = 0;  // elements of the stick walk in this box
+  // The stick runs of one lin point are apart in device memory: each
+  // transfer's count1 walks them one stick at a time.
+  bool sticks_apart = false;
 };
 
 // The box of `access` into `buffer` (slot `slot`) for the block starting at
@@ -170,8 +173,9 @@ class BlockEmitter {
   TileId reduction(uint32_t op, const Eval& ev, const Shape& s);
   TileId reduction_multi(uint32_t op, const Shape& s);
   TileId combine_across_cores(rt::RedOp op, TileId partial);
-  // loop_kernel_store.cpp: a store's box in the region (read first for a
-  // read-modify-write buffer), and the value written into it
+  // loop_kernel_store.cpp: a store's box in the region and the value
+  // written into it; stores into a buffer that shares its sticks are masked
+  // to the elements written
   struct StoreBox {
     uint64_t offset = 0, bytes = 0;  // of the box in the region
     Box box;
@@ -180,6 +184,8 @@ class BlockEmitter {
   };
   StoreBox store_box(const LoopStore& st, const Shape& s);
   void store(const StoreBox& box, TileId value, const Shape& s);
+  void emit_masked_stores(const StoreBox& b, const rt::StickTransfer& x,
+                          uint64_t begin, uint64_t end);
   // Whether the store's value may be made straight into its box: one
   // instruction of the buffer's dtype whose result nothing else reads.
   bool may_write_in_place(const LoopStore& st) const;

@@ -1,7 +1,8 @@
 // A loop kernel's stores (loop_kernel.h): the box of whole sticks a block
-// writes, read first when the buffer's sticks hold other data, the value
-// copied (or made straight) into it, the layout's padding zeroed, and the
-// DMA back to device memory.
+// writes, the value copied (or made straight) into it, the layout's padding
+// zeroed, and the DMA back to device memory, masked to the block's elements
+// when the buffer's sticks hold other data.
+#include <algorithm>
 #include <stdexcept>
 
 #include "loop_kernel_internal.h"
@@ -16,21 +17,14 @@ BlockEmitter::StoreBox BlockEmitter::store_box(const LoopStore& st,
   b.buffer = find_buffer(k_, st.buffer, &slot);
   b.box = make_box(k_, *b.buffer, slot, *st.access, s.fixed, s.r0, s.R, s.K);
   check_store_box(k_, *b.buffer, b.box, *st.access);
-  // a read-modify-write box may start anywhere in a stick
-  const bool rmw = b.buffer->read_modify_write;
+  // a box into shared sticks may start anywhere in a stick
   b.bytes = make_box(k_, *b.buffer, slot, *st.access, s.fixed, 0, R_alloc_,
-                     K_alloc_, rmw)
+                     K_alloc_, b.buffer->shares_sticks)
                 .bytes;
   if (b.box.bytes > b.bytes) {
     throw std::logic_error("loop kernel: box overflow");
   }
   b.offset = alloc_.alloc(b.bytes);
-  if (rmw) {
-    for (rt::StickTransfer x : b.box.transfers) {
-      x.spad += static_cast<uint32_t>(region_ + b.offset);
-      if (out_ != nullptr) out_->emit(rt::DmaLoad{x});
-    }
-  }
   b.out = Tile{b.offset + b.box.elem_offset,
                b.buffer->dtype,
                b.box.row_stride,
@@ -80,12 +74,13 @@ void BlockEmitter::store(const StoreBox& b, TileId value, const Shape& s) {
   if (std::exchange(in_place_, std::nullopt) != value) {
     vec(rt::VecOp::kCopy, b.out, {tiles_[value]}, rows, cols);
   }
-  // zeros after the valid elements of the last stick (the layout's padding;
-  // a read-modify-write buffer's sticks hold other data there)
+  // zeros after the valid elements of the last stick (the layout's padding:
+  // unspecified after a kernel, zeroed as it costs one fill). Shared sticks
+  // hold other data there: their stores are masked to the elements.
+  const int64_t es = buffer.element_size();
   const int64_t pad = box.stick_count * buffer.per_stick() - box.valid;
-  if (!buffer.read_modify_write && box.stick_walk != StickWalk::kNone &&
+  if (!buffer.shares_sticks && box.stick_walk != StickWalk::kNone &&
       box.stick_walk != StickWalk::kJointLins && pad > 0) {
-    const int64_t es = buffer.element_size();
     Tile fill{b.offset + static_cast<uint64_t>(box.valid * es),
               buffer.dtype,
               0,
@@ -104,11 +99,52 @@ void BlockEmitter::store(const StoreBox& b, TileId value, const Shape& s) {
       vec(rt::VecOp::kFill, fill, {}, pad, cols, 0.0);
     }
   }
+  // the bytes of a lin point's run of sticks holding the block's elements
+  const int64_t extent = box.stick_walk == StickWalk::kNone ? 1 : box.valid;
+  const uint64_t begin = box.elem_offset;
+  const uint64_t end = begin + static_cast<uint64_t>(extent * es);
   for (rt::StickTransfer x : box.transfers) {
     x.spad += static_cast<uint32_t>(region_ + b.offset);
-    if (out_ != nullptr) out_->emit(rt::DmaStore{x});
+    if (out_ == nullptr) continue;
+    if (buffer.shares_sticks) {
+      emit_masked_stores(b, x, begin, end);
+    } else {
+      out_->emit(rt::DmaStore{x});
+    }
   }
   alloc_.free(b.offset, b.bytes);
+}
+
+// The stores of `x` writing bytes [begin, end) of each lin point's run of
+// sticks. Sticks apart in device memory are one transfer a stick (count1):
+// the first and last stick get their own masks, the ones between none.
+void BlockEmitter::emit_masked_stores(const StoreBox& b,
+                                      const rt::StickTransfer& x,
+                                      uint64_t begin, uint64_t end) {
+  const auto emit = [&](const rt::StickTransfer& y, uint64_t lo, uint64_t hi) {
+    if (lo == 0 && hi == y.run_bytes) {
+      out_->emit(rt::DmaStore{y});
+    } else {
+      out_->emit(rt::DmaStore{y, static_cast<uint32_t>(lo),
+                              static_cast<uint32_t>(hi)});
+    }
+  };
+  if (!b.box.sticks_apart) {
+    emit(x, begin, end);
+    return;
+  }
+  const auto sticks = [&](uint32_t first, uint32_t count) {
+    rt::StickTransfer y = x;
+    y.dram.offset += static_cast<uint64_t>(first * x.dram_stride1);
+    y.spad += first * x.spad_stride1;
+    y.count1 = count;
+    return y;
+  };
+  const uint32_t n = x.count1;
+  const uint64_t last = uint64_t{n - 1} * rt::kStickBytes;
+  emit(sticks(0, 1), begin, std::min<uint64_t>(end, rt::kStickBytes));
+  if (n > 2) emit(sticks(1, n - 2), 0, rt::kStickBytes);
+  if (n > 1) emit(sticks(n - 1, 1), 0, end - last);
 }
 
 }  // namespace spyre::kernels::loop

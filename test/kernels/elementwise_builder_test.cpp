@@ -181,9 +181,22 @@ TEST(ElementwiseKernel, OutputViewKeepsItsNeighboursInSharedSticks) {
   out.first = 3;
   k.inputs = {x, column};
   k.output = out;
-  k.output_read_modify_write = true;
+  k.output_shares_sticks = true;
   k.steps = {kernels::unary_step(VecOp::kNeg, 0, DType::kFloat32),
              kernels::binary_step(VecOp::kAdd, 2, 1, DType::kFloat32)};
+  // the output is never read: its stores are masked to the view's bytes
+  k.target = sim_target(32);
+  int64_t masked = 0;
+  for (const rt::CoreProgram& core : kernels::build_elementwise(k).cores) {
+    for (const rt::Instruction& inst : core.instructions) {
+      if (const auto* load = std::get_if<rt::DmaLoad>(&inst)) {
+        EXPECT_NE(load->xfer.dram.slot, 2u) << "the output was loaded";
+      } else if (const auto* store = std::get_if<rt::DmaStore>(&inst)) {
+        masked += store->masked() ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_GT(masked, 0);
   const auto xs = random_floats(kRows * kCols, 3);
   const auto before = random_floats(kRows * kCols, 4);
   const auto got = run_kernel(k, 32, {xs, xs, before});
@@ -214,7 +227,7 @@ TEST(ElementwiseKernel, ColumnsAcrossSticksAreReadElementByElement) {
   StickOperand out = matrix_operand();
   k.inputs = {column};
   k.output = out;
-  k.output_read_modify_write = true;
+  k.output_shares_sticks = true;
   k.steps = {kernels::scalar_step(VecOp::kMul, 0, 2.0, DType::kFloat32)};
   for (uint32_t cores : {1u, 32u}) {
     SCOPED_TRACE(cores);
@@ -244,7 +257,7 @@ TEST(ElementwiseKernel, LaneStepsStartEachBatchInsideAStick) {
   out.strides = {kRows * 128, 128};  // the next stick column
   k.inputs = {heads};
   k.output = out;
-  k.output_read_modify_write = true;
+  k.output_shares_sticks = true;
   k.steps = {kernels::scalar_step(VecOp::kMul, 0, 2.0, DType::kFloat32)};
   for (uint32_t cores : {1u, 32u}) {
     SCOPED_TRACE(cores);

@@ -144,7 +144,8 @@ def _rope_cos_sin(pos, inv_freq, dtype):
 @pytest.mark.parametrize("head_dim,dtype,host_kernels", [
     (128, torch.float16, 0),   # each half a whole stick: a device program
     (64, torch.float32, 0),
-    (64, torch.float16, 1),    # half a stick: the store would start mid-stick
+    (64, torch.float16, 0),    # half a stick: masked stores of each half
+    (32, torch.float16, 0),    # a quarter
 ])
 def test_rope_cos_sin_of_repeated_halves(head_dim, dtype, host_kernels):
     # the col var read modulo head_dim / 2 splits into a col var of one half

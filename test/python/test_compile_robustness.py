@@ -22,9 +22,9 @@ def compile_run(fn, *args, **kwargs):
 
 
 @pytest.mark.parametrize("name,fn", [
-    ("reshape_of_transpose", lambda a: a.t().reshape(-1) * 2.0),
+    ("reshape_of_transpose", lambda a: a.t().reshape(4, 15) * 2.0),
     ("flip", lambda a: a.flip(0) + 1.0),
-    ("modular_view", lambda a: a.t().reshape(5, 12).exp()),
+    ("roll", lambda a: torch.roll(a, 3, 1) * 2.0),
 ])
 def test_non_affine_index_is_a_counted_host_fallback(name, fn):
     x = torch.randn(6, 10, dtype=h)
@@ -36,6 +36,19 @@ def test_non_affine_index_is_a_counted_host_fallback(name, fn):
     assert all(k["reason"] for k in host)  # reported with the lowering's reason
     assert sum(host_kernel.host_kernel_counts().values()) == sum(before.values()) + len(host)
     assert runtime.stats()["host_kernels"] == len(host)
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("flatten_of_transpose", lambda a: a.t().reshape(-1) * 2.0),
+    ("modular_view", lambda a: a.t().reshape(5, 12).exp()),
+])
+def test_digit_split_stores_of_part_of_a_stick_are_device_programs(name, fn):
+    # the flat col var splits into digits (col = 6 q + r): each q's block
+    # stores 6 elements from inside a stick, under a write mask
+    x = torch.randn(6, 10, dtype=h)
+    out, kinds = compile_run(fn, x)
+    assert kinds == ["device"]
+    torch.testing.assert_close(out.cpu().float(), fn(x.float()), atol=2e-3, rtol=2e-3)
 
 
 def test_host_fallback_evaluates_min_and_max_of_index_expressions():
@@ -58,13 +71,13 @@ def test_host_fallback_evaluates_min_and_max_of_index_expressions():
 def test_host_fallback_next_to_device_programs():
     # the affine part of the graph stays device programs
     def f(a):
-        return torch.softmax(a, -1), a.t().reshape(-1) * 2.0
+        return torch.softmax(a, -1), a.flip(0) * 2.0
     x = torch.randn(6, 10, dtype=h)
     (soft, flat), kinds = compile_run(f, x)
     assert "device" in kinds and "host" in kinds
     torch.testing.assert_close(soft.cpu().float(), torch.softmax(x.float(), -1), atol=1e-2,
                                rtol=1e-2)
-    torch.testing.assert_close(flat.cpu().float(), x.float().t().reshape(-1) * 2, atol=2e-3,
+    torch.testing.assert_close(flat.cpu().float(), x.float().flip(0) * 2, atol=2e-3,
                                rtol=2e-3)
 
 

@@ -69,6 +69,51 @@ def test_writing_part_of_a_stick_leaves_its_neighbours():
     assert torch.equal(x.cpu(), torch.full((n,), 40.0, dtype=torch.float16))
 
 
+def test_kernels_on_two_streams_writing_halves_of_one_stick_both_land():
+    # Each row of x is one fp32 stick; one stream's kernels add to its first
+    # half while the other's add to its second half. A store that wrote the
+    # whole stick back (read, merge, write) undid the other stream's add in
+    # 4/300 to 18/500 runs under load: stores into part of a stick are masked.
+    side = torch.spyre.Stream()
+    steps = 40
+    for _ in range(5):
+        x = torch.zeros(64, 32, device="spyre")
+        torch.spyre.synchronize()
+        main = torch.spyre.current_stream()
+        for _ in range(steps):
+            x[:, :16].add_(1)
+            with torch.spyre.stream(side):
+                x[:, 16:].add_(2)
+        main.synchronize()
+        side.synchronize()
+        want = torch.cat([torch.full((64, 16), float(steps)),
+                          torch.full((64, 16), 2.0 * steps)], 1)
+        assert torch.equal(x.cpu(), want)
+
+
+def test_threads_adding_into_their_own_slices_of_shared_sticks():
+    # fp16 rows of 64 (one stick); 4 threads, each in-place on its own 16
+    # columns with its own stream: every kernel writes part of every stick.
+    parts, steps = 4, 30
+    x = torch.zeros(32, 64, dtype=torch.float16, device="spyre")
+    torch.spyre.synchronize()
+
+    def work(k):
+        with torch.spyre.stream(torch.spyre.Stream()):
+            for _ in range(steps):
+                x[:, 16 * k:16 * (k + 1)].add_(k + 1)
+            torch.spyre.current_stream().synchronize()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(parts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    want = torch.cat([torch.full((32, 16), float(steps * (k + 1)))
+                      for k in range(parts)], 1).half()
+    assert torch.equal(x.cpu(), want)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int8, torch.int64])
 def test_view_writes_and_reads_match_the_cpu(dtype):
     base = (torch.arange(6 * 40 * 70) % 100).reshape(6, 40, 70).to(dtype)

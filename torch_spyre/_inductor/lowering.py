@@ -135,6 +135,12 @@ class KernelPlan:
         """`expr` (node `node_i`'s own vars) in the kernel's role symbols."""
         return _in_digits(_renamed(expr, self.subs[node_i]), self.digits)
 
+    def col_split(self) -> bool:
+        """Whether the col var was split into digits: a block then writes
+        one digit's run of a row, which may end or start inside a stick."""
+        col = self.space.col
+        return bool(col) and any(ds[0][0] == col[0] for ds in self.digits.values())
+
     def joint_extent(self) -> dict | None:
         sp = self.space
         if sp.col_tail is None:
@@ -410,10 +416,13 @@ def kernel_args(plan: KernelPlan) -> list[str]:
     return loads + [b for b in plan.stored if b not in loads]
 
 
-def _describe_buffer(name: str, is_output: bool) -> dict:
+def _describe_buffer(name: str, is_output: bool, shares_sticks: bool) -> dict:
+    """`shares_sticks`: the kernel's blocks write parts of one stick (their
+    stores are masked to their elements)."""
     lay = buffer_layout(name)
     return dict(name=name, dtype=dtype_name(lay.dtype), device_bytes=lay.device_bytes,
-                is_output=is_output, device_size=list(lay.device_size),
+                is_output=is_output, shares_sticks=shares_sticks,
+                device_size=list(lay.device_size),
                 host_sizes=list(lay.host_sizes),
                 stick_stride_bytes=lay.stick_stride_bytes if lay.rank else 0,
                 dim_stride_bytes=[lay.dim_stride_bytes(d) if d != lay.rank - 1 else 0
@@ -502,7 +511,8 @@ def describe_kernel(plan: KernelPlan) -> dict:
         rows=space.row[1] if space.row else None, cols=space.col[1] if space.col else None,
         col_tail=space.col_tail,
         nodes=[dict(reduced_outer=[n for _, n in ns.red_outer]) for ns in plan.node_spaces],
-        buffers=[_describe_buffer(b, b in plan.stored) for b in args],
+        buffers=[_describe_buffer(b, b in plan.stored, b in plan.stored and plan.col_split())
+                 for b in args],
         ops=ops, stores=stores)
 
 

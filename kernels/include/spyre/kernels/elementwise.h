@@ -117,9 +117,9 @@ struct ElementwiseKernel {
   std::vector<StickOperand> inputs;
   StickOperand output;
   // The output's sticks hold data outside the iteration (a view into a
-  // larger row): they are loaded before being written, so those bytes
-  // survive.
-  bool output_read_modify_write = false;
+  // larger row): its stores are masked to the iteration's bytes, so those
+  // bytes survive.
+  bool output_shares_sticks = false;
   std::vector<ElementwiseStep> steps;
   Target target;  // the device planned for (program_builder.h)
 

@@ -83,9 +83,11 @@ struct LoopBuffer {
   // eager view that starts inside the storage)
   uint64_t offset_bytes = 0;
   // The stored sticks hold data outside the kernel's elements (an eager
-  // output view into a larger row): a store reads its sticks first and may
-  // start inside one, so the neighbouring bytes survive.
-  bool read_modify_write = false;
+  // output view into a larger row, a compiled store of half a stick): a
+  // store may start inside a stick and writes only its own elements (a
+  // masked DmaStore), so the neighbouring bytes survive whoever writes them
+  // meanwhile (another core, another stream).
+  bool shares_sticks = false;
 
   uint32_t rank() const { return static_cast<uint32_t>(host_sizes.size()); }
   uint32_t element_size() const { return rt::element_size(dtype); }
