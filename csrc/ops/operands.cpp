@@ -275,7 +275,7 @@ std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor) {
 }
 
 bool write_shares_sticks(const at::Tensor& tensor, at::IntArrayRef sizes,
-                      const kernels::StickOperand& operand) {
+                         const kernels::StickOperand& operand) {
   if (operand.first != 0) return true;
   const int64_t per_stick = operand.elements_per_stick();
   const int64_t cols = sizes.empty() ? 1 : sizes.back();

@@ -46,7 +46,7 @@ std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor);
 // sticks would overwrite elements outside the view (the kernel's stores
 // must carry write masks).
 bool write_shares_sticks(const at::Tensor& tensor, at::IntArrayRef sizes,
-                      const kernels::StickOperand& operand);
+                         const kernels::StickOperand& operand);
 
 // `tensor`'s values in a fresh contiguous tensor with the default layout.
 at::Tensor materialize(const at::Tensor& tensor);
