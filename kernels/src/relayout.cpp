@@ -1,6 +1,7 @@
 #include "spyre/kernels/relayout.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "spyre/runtime/error.h"
 
@@ -256,14 +257,16 @@ void emit_through_dram(ProgramBuilder& builder, const RelayoutPlacement& p,
 }
 
 // X's row block of core i into its src buffer, stick-major.
+// Loads core i's row block of columns [col0, col0 + p.cols) of `in`.
 void emit_load_src(CoreBuilder& core, const Matrix& in,
-                   const RelayoutPlacement& p, uint32_t i, uint64_t batch) {
+                   const RelayoutPlacement& p, uint32_t i, uint64_t col0,
+                   uint64_t batch) {
   const uint64_t br = p.row_blocks.size(i), r0 = p.row_blocks.begin(i);
   if (br == 0) return;
   const uint64_t e = rt::elements_per_stick(p.dtype);
   const uint64_t n = sticks(p.cols, p.dtype);
   std::vector<rt::StickTransfer> xs =
-      in.tiles(0, r0, br, 0, p.cols, p.src, u32(kStick), batch);
+      in.tiles(0, r0, br, col0, p.cols, p.src, u32(kStick), batch);
   // One transfer that walks rows then sticks: point its stick step at the
   // next stick-major block. Otherwise one transfer per stick.
   if (xs.size() == 1 && xs[0].count2 == n && xs[0].run_bytes == kStick) {
@@ -272,7 +275,7 @@ void emit_load_src(CoreBuilder& core, const Matrix& in,
     return;
   }
   for (uint64_t s = 0; s < n; ++s) {
-    core.load(in.tiles(0, r0, br, s * e, std::min(e, p.cols - s * e),
+    core.load(in.tiles(0, r0, br, col0 + s * e, std::min(e, p.cols - s * e),
                        u32(p.src + s * br * kStick), u32(kStick), batch));
   }
 }
@@ -330,22 +333,60 @@ uint64_t relayout_scratch_bytes(uint64_t rows, uint64_t cols, rt::DType dtype) {
   return sticks(cols, dtype) * rows * kStick;
 }
 
-RelayoutPlacement plan_relayout(ProgramBuilder& builder, uint64_t rows,
-                                uint64_t cols, rt::DType dtype,
-                                const RelayoutOptions& o) {
+namespace {
+
+// The blocks of a rows x cols re-layout over at most `cores` cores (no
+// buffers yet).
+RelayoutPlacement place_blocks(uint64_t rows, uint64_t cols, rt::DType dtype,
+                               uint32_t cores, const rt::CostTable& costs) {
   const uint64_t e = rt::elements_per_stick(dtype);
   RelayoutPlacement p;
   p.rows = rows;
   p.cols = cols;
   p.dtype = dtype;
-  p.costs = o.target.costs();
-  const uint32_t cores = std::min(o.target.cores(), builder.num_cores());
+  p.costs = costs;
   p.cores = std::max(Split{rows, cores, e}.used_parts(),
                      Split{cols, cores, e}.used_parts());
   p.row_blocks = Split{rows, p.cores, e};
   p.col_blocks = Split{cols, p.cores, e};
   p.dst_pitch = padded_row_bytes(rows, dtype);
-  const uint64_t need = p.src_bytes() + p.dst_bytes() + p.staging_bytes();
+  return p;
+}
+
+uint64_t scratchpad_need(const RelayoutPlacement& p) {
+  return p.src_bytes() + p.dst_bytes() + p.staging_bytes();
+}
+
+// The columns one pass re-lays out: all of them when they fit the
+// scratchpads, else the most whole sticks that do (a long row: the
+// re-layout goes through it pass by pass).
+uint64_t pass_cols(uint64_t rows, uint64_t cols, rt::DType dtype,
+                   uint32_t cores, const Target& target) {
+  const uint64_t e = rt::elements_per_stick(dtype);
+  const uint64_t budget = target.scratchpad_budget();
+  const auto fits = [&](uint64_t c) {
+    return scratchpad_need(
+               place_blocks(rows, c, dtype, cores, target.costs())) <= budget;
+  };
+  if (fits(cols)) return cols;
+  uint64_t lo = 1, hi = sticks(cols, dtype);  // in sticks; hi does not fit
+  if (!fits(e)) return cols;  // not even one stick: plan_relayout says why
+  while (hi - lo > 1) {
+    const uint64_t mid = (lo + hi) / 2;
+    (fits(mid * e) ? lo : hi) = mid;
+  }
+  return lo * e;
+}
+
+}  // namespace
+
+RelayoutPlacement plan_relayout(ProgramBuilder& builder, uint64_t rows,
+                                uint64_t cols, rt::DType dtype,
+                                const RelayoutOptions& o) {
+  const uint32_t cores = std::min(o.target.cores(), builder.num_cores());
+  RelayoutPlacement p =
+      place_blocks(rows, cols, dtype, cores, o.target.costs());
+  const uint64_t need = scratchpad_need(p);
   const uint64_t budget = o.target.scratchpad_budget();
   if (need > budget) {
     throw KernelBuildError(rt::str("restickify of ", rows, "x", cols, " over ",
@@ -419,23 +460,35 @@ rt::Program build_restickify(const Matrix& in, const Matrix& out,
         "scratch", in.dtype, relayout_scratch_bytes(in.rows, in.cols, in.dtype),
         false);
   }
-  const RelayoutPlacement p =
-      plan_relayout(builder, in.rows, in.cols, in.dtype, o);
-  // Batches one after another through the same buffers; a barrier between
-  // them keeps a fast core from overwriting what a slower one still reads
-  // (the DRAM path's scratch, a ring partner's pieces).
+  const uint32_t cores = std::min(o.target.cores(), builder.num_cores());
+  const uint64_t width = pass_cols(in.rows, in.cols, in.dtype, cores, o.target);
+  const RelayoutPlacement full =
+      plan_relayout(builder, in.rows, width, in.dtype, o);
+  // Batches, and passes over the columns of each, one after another through
+  // the same buffers; a barrier between them keeps a fast core from
+  // overwriting what a slower one still reads (the DRAM path's scratch, a
+  // ring partner's pieces). The last pass's columns may be fewer: the same
+  // buffers and cores, its columns split among them.
+  bool first = true;
   for (uint64_t batch = 0; batch < in.batch_count(); ++batch) {
-    if (batch > 0) emit_barrier(builder, p.cores);
-    for (uint32_t i = 0; i < p.cores; ++i) {
-      emit_load_src(builder.core(i), in, p, i, batch);
-    }
-    if (o.barrier_after_load) emit_barrier(builder, p.cores);
-    emit_relayout(builder, p, o.path, scratch);
-    for (uint32_t j = 0; j < p.cores; ++j) {
-      const uint64_t bc = p.col_blocks.size(j);
-      if (bc == 0) continue;
-      builder.core(j).store(out.tiles(1, p.col_blocks.begin(j), bc, 0, p.rows,
-                                      p.dst, p.dst_pitch, batch));
+    for (uint64_t col0 = 0; col0 < in.cols; col0 += width) {
+      RelayoutPlacement p = full;
+      if (col0 + width > in.cols) {
+        p.cols = in.cols - col0;
+        p.col_blocks = Split{p.cols, p.cores, rt::elements_per_stick(p.dtype)};
+      }
+      if (!std::exchange(first, false)) emit_barrier(builder, p.cores);
+      for (uint32_t i = 0; i < p.cores; ++i) {
+        emit_load_src(builder.core(i), in, p, i, col0, batch);
+      }
+      if (o.barrier_after_load) emit_barrier(builder, p.cores);
+      emit_relayout(builder, p, o.path, scratch);
+      for (uint32_t j = 0; j < p.cores; ++j) {
+        const uint64_t bc = p.col_blocks.size(j);
+        if (bc == 0) continue;
+        builder.core(j).store(out.tiles(1, col0 + p.col_blocks.begin(j), bc, 0,
+                                        p.rows, p.dst, p.dst_pitch, batch));
+      }
     }
   }
   return std::move(builder).finish();

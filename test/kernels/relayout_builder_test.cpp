@@ -149,6 +149,18 @@ TEST(RestickifyTraffic, DramPathMovesTheTensorTwiceMore) {
   EXPECT_LT(ring.stats.cycles, dram.stats.cycles);
 }
 
+TEST(RestickifyPasses, RowsTooLongForOnePassGoThroughItInPasses) {
+  // 9 rows of 60000 fp32 columns (a permuted [3, 3, 60000] made
+  // contiguous): one pass would need 2.1 MiB of scratchpad on the core
+  // holding the rows, so the columns go in passes of whole sticks, the
+  // last one ragged.
+  const DType t = DType::kFloat32;
+  check_restickify(Matrix::stick_columns(9, 60000, t),
+                   Matrix::stick_columns(60000, 9, t));
+  check_restickify(Matrix::row_major(9, 60001, t),
+                   Matrix::row_major(60001, 9, t), 3);
+}
+
 TEST_P(Restickify, BatchesOneAfterAnother) {
   // Attention's keys transposed per (batch, head): small matrices, one
   // program for all of them, over one core and over several.

@@ -105,6 +105,23 @@ def test_heads_of_part_of_a_stick(head_dim):
     no_host_copies()
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float16, torch.float32, torch.bfloat16],
+                         ids=str)
+def test_permute_of_long_rows_is_one_relayout(dtype):
+    # [3, 3, 100000].permute(2, 0, 1): rows of 100000 elements do not fit a
+    # scratchpad in one pass; the re-layout goes through them in passes in
+    # one program. Before, the copy read one stick per element: a program
+    # of ~1M instructions, 20 s and over 6 GB of host memory.
+    x = torch.randint(-1000, 1000, (3, 3, 100000)).to(dtype)
+    on_device = x.to("spyre")
+    torch.spyre.synchronize()
+    torch.spyre.reset_op_stats()
+    got = on_device.permute(2, 0, 1).contiguous()
+    assert torch.spyre.op_stats()["launches"] == 1
+    assert torch.equal(got.cpu(), x.permute(2, 0, 1).contiguous())
+    no_host_copies()
+
+
 def test_stride_within_a_stick_goes_through_the_host_counted():
     a = rand((6, 70), torch.float32)
     got = a.to("spyre")[:, ::2].contiguous()
