@@ -257,11 +257,13 @@ void emit_through_dram(ProgramBuilder& builder, const RelayoutPlacement& p,
 }
 
 // X's row block of core i into its src buffer, stick-major.
-// Loads core i's row block of columns [col0, col0 + p.cols) of `in`.
+// Loads core i's row block of the pass [row0, row0 + p.rows) x [col0,
+// col0 + p.cols) of `in`.
 void emit_load_src(CoreBuilder& core, const Matrix& in,
-                   const RelayoutPlacement& p, uint32_t i, uint64_t col0,
-                   uint64_t batch) {
-  const uint64_t br = p.row_blocks.size(i), r0 = p.row_blocks.begin(i);
+                   const RelayoutPlacement& p, uint32_t i, uint64_t row0,
+                   uint64_t col0, uint64_t batch) {
+  const uint64_t br = p.row_blocks.size(i);
+  const uint64_t r0 = row0 + p.row_blocks.begin(i);
   if (br == 0) return;
   const uint64_t e = rt::elements_per_stick(p.dtype);
   const uint64_t n = sticks(p.cols, p.dtype);
@@ -357,25 +359,41 @@ uint64_t scratchpad_need(const RelayoutPlacement& p) {
   return p.src_bytes() + p.dst_bytes() + p.staging_bytes();
 }
 
-// The columns one pass re-lays out: all of them when they fit the
-// scratchpads, else the most whole sticks that do (a long row: the
-// re-layout goes through it pass by pass).
-uint64_t pass_cols(uint64_t rows, uint64_t cols, rt::DType dtype,
-                   uint32_t cores, const Target& target) {
+// The rows and columns one pass re-lays out: all of them when they fit the
+// scratchpads; else every row and the most whole sticks of columns that fit
+// (long rows); else the most whole sticks of rows with one stick of
+// columns, then the most columns with those rows (many rows). A shape that
+// cannot fit even one stick each way is returned whole: plan_relayout says
+// why.
+struct PassShape {
+  uint64_t rows = 0, cols = 0;
+};
+
+PassShape pass_shape(uint64_t rows, uint64_t cols, rt::DType dtype,
+                     uint32_t cores, const Target& target) {
   const uint64_t e = rt::elements_per_stick(dtype);
-  const uint64_t budget = target.scratchpad_budget();
-  const auto fits = [&](uint64_t c) {
-    return scratchpad_need(
-               place_blocks(rows, c, dtype, cores, target.costs())) <= budget;
+  const auto fits = [&](uint64_t r, uint64_t c) {
+    return scratchpad_need(place_blocks(r, c, dtype, cores, target.costs())) <=
+           target.scratchpad_budget();
   };
-  if (fits(cols)) return cols;
-  uint64_t lo = 1, hi = sticks(cols, dtype);  // in sticks; hi does not fit
-  if (!fits(e)) return cols;  // not even one stick: plan_relayout says why
-  while (hi - lo > 1) {
-    const uint64_t mid = (lo + hi) / 2;
-    (fits(mid * e) ? lo : hi) = mid;
+  // the most of n, in whole sticks, that `ok` accepts (0: not one stick)
+  const auto most = [&](uint64_t n, const auto& ok) -> uint64_t {
+    uint64_t lo = 0, hi = ceil_div(n, e);
+    if (ok(n)) return n;
+    while (hi - lo > 1) {  // ok(lo * e) (or lo == 0), !ok(hi * e)
+      const uint64_t mid = (lo + hi) / 2;
+      (ok(std::min(mid * e, n)) ? lo : hi) = mid;
+    }
+    return lo * e;
+  };
+  if (fits(rows, cols)) return {rows, cols};
+  if (fits(rows, std::min(e, cols))) {
+    return {rows, most(cols, [&](uint64_t c) { return fits(rows, c); })};
   }
-  return lo * e;
+  const uint64_t r =
+      most(rows, [&](uint64_t r) { return fits(r, std::min(e, cols)); });
+  if (r == 0) return {rows, cols};
+  return {r, most(cols, [&](uint64_t c) { return fits(r, c); })};
 }
 
 }  // namespace
@@ -461,33 +479,38 @@ rt::Program build_restickify(const Matrix& in, const Matrix& out,
         false);
   }
   const uint32_t cores = std::min(o.target.cores(), builder.num_cores());
-  const uint64_t width = pass_cols(in.rows, in.cols, in.dtype, cores, o.target);
+  const PassShape pass =
+      pass_shape(in.rows, in.cols, in.dtype, cores, o.target);
   const RelayoutPlacement full =
-      plan_relayout(builder, in.rows, width, in.dtype, o);
-  // Batches, and passes over the columns of each, one after another through
-  // the same buffers; a barrier between them keeps a fast core from
-  // overwriting what a slower one still reads (the DRAM path's scratch, a
-  // ring partner's pieces). The last pass's columns may be fewer: the same
-  // buffers and cores, its columns split among them.
+      plan_relayout(builder, pass.rows, pass.cols, in.dtype, o);
+  const uint64_t e = rt::elements_per_stick(in.dtype);
+  // Batches, and passes over the rows and columns of each, one after
+  // another through the same buffers; a barrier between them keeps a fast
+  // core from overwriting what a slower one still reads (the DRAM path's
+  // scratch, a ring partner's pieces). The last passes may be smaller: the
+  // same buffers and cores, their rows and columns split among them.
   bool first = true;
   for (uint64_t batch = 0; batch < in.batch_count(); ++batch) {
-    for (uint64_t col0 = 0; col0 < in.cols; col0 += width) {
-      RelayoutPlacement p = full;
-      if (col0 + width > in.cols) {
-        p.cols = in.cols - col0;
-        p.col_blocks = Split{p.cols, p.cores, rt::elements_per_stick(p.dtype)};
-      }
-      if (!std::exchange(first, false)) emit_barrier(builder, p.cores);
-      for (uint32_t i = 0; i < p.cores; ++i) {
-        emit_load_src(builder.core(i), in, p, i, col0, batch);
-      }
-      if (o.barrier_after_load) emit_barrier(builder, p.cores);
-      emit_relayout(builder, p, o.path, scratch);
-      for (uint32_t j = 0; j < p.cores; ++j) {
-        const uint64_t bc = p.col_blocks.size(j);
-        if (bc == 0) continue;
-        builder.core(j).store(out.tiles(1, col0 + p.col_blocks.begin(j), bc, 0,
-                                        p.rows, p.dst, p.dst_pitch, batch));
+    for (uint64_t row0 = 0; row0 < in.rows; row0 += pass.rows) {
+      for (uint64_t col0 = 0; col0 < in.cols; col0 += pass.cols) {
+        RelayoutPlacement p = full;
+        p.rows = std::min(pass.rows, in.rows - row0);
+        p.cols = std::min(pass.cols, in.cols - col0);
+        p.row_blocks = Split{p.rows, p.cores, e};
+        p.col_blocks = Split{p.cols, p.cores, e};
+        if (!std::exchange(first, false)) emit_barrier(builder, p.cores);
+        for (uint32_t i = 0; i < p.cores; ++i) {
+          emit_load_src(builder.core(i), in, p, i, row0, col0, batch);
+        }
+        if (o.barrier_after_load) emit_barrier(builder, p.cores);
+        emit_relayout(builder, p, o.path, scratch);
+        for (uint32_t j = 0; j < p.cores; ++j) {
+          const uint64_t bc = p.col_blocks.size(j);
+          if (bc == 0) continue;
+          builder.core(j).store(out.tiles(1, col0 + p.col_blocks.begin(j), bc,
+                                          row0, p.rows, p.dst, p.dst_pitch,
+                                          batch));
+        }
       }
     }
   }

@@ -161,6 +161,15 @@ TEST(RestickifyPasses, RowsTooLongForOnePassGoThroughItInPasses) {
                    Matrix::row_major(60001, 9, t), 3);
 }
 
+TEST(RestickifyPasses, ManyRowsGoInPassesOfRowsAndColumns) {
+  // 20000 x 200 fp16 (x.t().contiguous() of a tall matrix): even one stick
+  // of columns with every row overflows a scratchpad, so the rows go in
+  // passes too, each pass's columns as wide as fit; ragged on both sides.
+  const DType t = DType::kFloat16;
+  check_restickify(Matrix::stick_columns(20000, 200, t),
+                   Matrix::stick_columns(200, 20000, t));
+}
+
 TEST_P(Restickify, BatchesOneAfterAnother) {
   // Attention's keys transposed per (batch, head): small matrices, one
   // program for all of them, over one core and over several.
@@ -188,11 +197,12 @@ TEST(RestickifyErrors, ShapesAndFit) {
                                 Matrix::stick_columns(20, 10, DType::kBFloat16),
                                 {sim_target()}),
       kernels::KernelBuildError);
-  // 8192 x 8192 fp16 is 4 MiB per core over 32 cores: does not fit.
+  // One stick of rows and of columns needs more than a tiny scratchpad.
+  kernels::Target tiny = sim_target();
+  tiny.chip.scratchpad_bytes = tiny.chip.scratchpad_reserve + 4096;
   try {
     kernels::build_restickify(Matrix::stick_columns(8192, 8192, t),
-                              Matrix::stick_columns(8192, 8192, t),
-                              {sim_target()});
+                              Matrix::stick_columns(8192, 8192, t), {tiny});
     FAIL() << "built a program that cannot fit";
   } catch (const kernels::KernelBuildError& e) {
     EXPECT_NE(std::string(e.what()).find("scratchpad"), std::string::npos);
