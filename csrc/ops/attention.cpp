@@ -1,43 +1,75 @@
 // Scaled dot-product attention on spyre: F.scaled_dot_product_attention asks
 // the backend which kernel to use (_fused_sdp_choice); spyre chooses the
 // overrideable backend, so PyTorch calls
-// _scaled_dot_product_fused_attention_overrideable, defined here as the
-// attention arithmetic in ATen operators on spyre tensors (matmuls, masking,
-// softmax, dropout), which run as device kernels or through the fallback.
-// It returns the output and the row logsumexp (float32) the fused kernels
-// return. Registered for AutogradPrivateUse1 as well, so the backward is the
-// decomposition's (autograd differentiates the operators it is made of).
+// _scaled_dot_product_fused_attention_overrideable, defined here. Without
+// autograd, dropout or a shape the program cannot hold, it is one device
+// program (kernels/attention.h: scores, row softmax and output per block of
+// query rows, the scores never in device memory) returning the output and
+// the row logsumexp. Otherwise it is the attention arithmetic in ATen
+// operators on spyre tensors (matmuls, masking, softmax, dropout), which run
+// as device kernels; registered for AutogradPrivateUse1 as well, so the
+// backward is that decomposition's (autograd differentiates the operators
+// it is made of).
+#include "spyre/kernels/attention.h"
+
+#include <ATen/ExpandUtils.h>
 #include <ATen/SDPBackend.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_safe_softmax.h>
+#include <ATen/ops/_scaled_dot_product_fused_attention_overrideable_ops.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/logsumexp.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/zeros.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <tuple>
+#include <vector>
+
+#include "device_state.h"
+#include "ops/launch.h"
+#include "ops/matrix_operand.h"
 
 namespace spyre::torch_glue::ops {
 namespace {
 
+bool needs_grad(const at::Tensor& t) {
+  return t.defined() && t.requires_grad();
+}
+
+// The overrideable backend (one attention program) for inference on
+// [B, H, L, d] tensors; PyTorch's math path otherwise: under autograd it
+// differentiates its own operators without the logsumexp the fused op must
+// also return, and it applies dropout. Differing head counts without
+// enable_gqa are an error the math path raises with its own message.
 int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key,
-                         const at::Tensor& /*value*/,
-                         const std::optional<at::Tensor>& /*attn_mask*/,
-                         double /*dropout_p*/, bool /*is_causal*/,
+                         const at::Tensor& value,
+                         const std::optional<at::Tensor>& attn_mask,
+                         double dropout_p, bool /*is_causal*/,
                          std::optional<double> /*scale*/, bool enable_gqa) {
-  // Differing head counts without enable_gqa are an error PyTorch's math
-  // path raises with its own message.
   const bool heads_differ =
       query.dim() >= 3 && key.dim() >= 3 && query.size(-3) != key.size(-3);
-  if (heads_differ && !enable_gqa) {
+  const bool grad =
+      at::GradMode::is_enabled() &&
+      (needs_grad(query) || needs_grad(key) || needs_grad(value) ||
+       (attn_mask.has_value() && needs_grad(*attn_mask)));
+  if ((heads_differ && !enable_gqa) || query.dim() != 4 || dropout_p > 0.0 ||
+      grad) {
     return static_cast<int64_t>(at::SDPBackend::math);
   }
   return static_cast<int64_t>(at::SDPBackend::overrideable);
@@ -55,13 +87,131 @@ at::Tensor expand_heads(const at::Tensor& t, int64_t query_heads) {
   return t.repeat_interleave(query_heads / heads, -3);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt,
-           c10::SymInt, at::Tensor, at::Tensor, at::Tensor>
-fused_attention(const at::Tensor& query, const at::Tensor& key,
-                const at::Tensor& value,
-                const std::optional<at::Tensor>& attn_bias, double dropout_p,
-                bool is_causal, bool return_debug_mask,
-                std::optional<double> scale) {
+// The output as PyTorch's meta function of the op lays it out (its
+// alloc_with_matching_layout): like the query (a [B, L, H, d] transpose
+// stays one), so compiled graphs see the strides they were traced with.
+at::Tensor empty_like_query(const at::Tensor& query, int64_t dv) {
+  std::vector<int64_t> sizes = query.sizes().vec();
+  sizes.back() = dv;
+  if (query.size(-1) == dv) return at::empty_like(query);
+  std::vector<int64_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return query.stride(a) > query.stride(b);
+  });
+  std::vector<int64_t> strides(sizes.size());
+  int64_t stride = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    strides[*it] = stride;
+    stride *= sizes[*it];
+  }
+  return at::empty_strided(sizes, strides, query.options());
+}
+
+// [B, H, L, S] additive bias in q's dtype from the mask and causality
+// (undefined when neither is given).
+at::Tensor additive_bias(const at::Tensor& query, int64_t source,
+                         const std::optional<at::Tensor>& attn_mask,
+                         bool is_causal) {
+  const double minus_inf = -std::numeric_limits<double>::infinity();
+  at::Tensor bias;
+  if (attn_mask.has_value() && attn_mask->defined()) {
+    bias = attn_mask->scalar_type() == at::kBool
+               ? at::zeros(attn_mask->sizes(), query.options())
+                     .masked_fill(attn_mask->logical_not(), minus_inf)
+               : attn_mask->to(query.scalar_type());
+  }
+  if (is_causal) {
+    const at::Tensor causal =
+        at::full({query.size(-2), source}, minus_inf, query.options()).triu(1);
+    bias = bias.defined() ? at::add(bias, causal) : causal;
+  }
+  return bias;
+}
+
+// out and the row logsumexp from one attention program, or nullopt when it
+// does not apply (autograd, dropout, other ranks or dtypes, a mask that does
+// not broadcast, keys and values too long for a scratchpad).
+std::optional<std::tuple<at::Tensor, at::Tensor>> attention_program(
+    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+    const std::optional<at::Tensor>& attn_mask, double dropout_p,
+    bool is_causal, double factor) {
+  const at::ScalarType t = query.scalar_type();
+  if (query.dim() != 4 || key.dim() != 4 || value.dim() != 4 ||
+      dropout_p > 0.0 || key.scalar_type() != t || value.scalar_type() != t ||
+      (t != at::kHalf && t != at::kBFloat16 && t != at::kFloat)) {
+    return std::nullopt;
+  }
+  if (at::GradMode::is_enabled() &&
+      (needs_grad(query) || needs_grad(key) || needs_grad(value) ||
+       (attn_mask.has_value() && needs_grad(*attn_mask)))) {
+    return std::nullopt;
+  }
+  const int64_t b = query.size(0), heads = query.size(1), l = query.size(2);
+  const int64_t kv_heads = key.size(1), s = key.size(2), dv = value.size(3);
+  if (key.size(0) != b || value.size(0) != b || value.size(1) != kv_heads ||
+      value.size(2) != s || key.size(3) != query.size(3) || kv_heads == 0 ||
+      heads % kv_heads != 0 || b * heads * l * s * dv == 0) {
+    return std::nullopt;
+  }
+  const int64_t rep = heads / kv_heads;
+  at::Tensor bias = additive_bias(query, s, attn_mask, is_causal);
+  if (bias.defined()) {
+    if (!at::is_expandable_to(bias.sizes(), {b, heads, l, s})) {
+      return std::nullopt;
+    }
+    bias = bias.expand({b, heads, l, s}).unflatten(1, {kv_heads, rep});
+  }
+  // [B, Hk, rep, ...]: a query head reads the key/value head it groups with
+  // (stride 0 over rep).
+  at::Tensor q = query.unflatten(1, {kv_heads, rep});
+  at::Tensor k = key.unsqueeze(2).expand({b, kv_heads, rep, s, key.size(3)});
+  at::Tensor v = value.unsqueeze(2).expand({b, kv_heads, rep, s, dv});
+  at::Tensor out = empty_like_query(query, dv);
+  at::Tensor lse = at::empty({b, heads, l}, query.options().dtype(at::kFloat));
+  at::Tensor out_view = out.unflatten(1, {kv_heads, rep});
+  at::Tensor lse_view = lse.unflatten(1, {kv_heads, rep}).unsqueeze(-2);
+  kernels::AttentionShape shape;
+  shape.q = matrix_operand(q, 3);
+  shape.k = matrix_operand(k, 3);
+  shape.v = matrix_operand(v, 3);
+  shape.out = *matrix_view(out_view, 3);
+  shape.lse = *matrix_view(lse_view, 3);
+  if (bias.defined()) shape.bias = matrix_operand(bias, 3);
+  shape.scale = factor;
+  std::vector<at::Tensor> bound{q, k, v, out_view, lse_view};
+  if (bias.defined()) bound.push_back(bias);
+  const c10::DeviceIndex device = query.device().index();
+  const kernels::AttentionOptions options{{device_chip(device)}};
+  kernels::KeyWriter program_key;
+  program_key.add("attention").add(factor).add(bias.defined());
+  for (const kernels::Matrix* m :
+       {&shape.q, &shape.k, &shape.v, &shape.out, &shape.lse}) {
+    append_key(program_key, *m);
+  }
+  if (shape.bias) append_key(program_key, *shape.bias);
+  try {
+    launch_cached(
+        device, ProgramKey(std::move(program_key)),
+        [&] { return kernels::build_attention(shape, options); }, bound);
+  } catch (const kernels::KernelBuildError&) {
+    return std::nullopt;
+  }
+  return std::tuple{out, lse};
+}
+
+using AttentionResult =
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt,
+               c10::SymInt, at::Tensor, at::Tensor, at::Tensor>;
+
+// The op on spyre tensors: one attention program when `allow_program` and
+// it applies, else the decomposition.
+AttentionResult attention(const at::Tensor& query, const at::Tensor& key,
+                          const at::Tensor& value,
+                          const std::optional<at::Tensor>& attn_bias,
+                          double dropout_p, bool is_causal,
+                          bool return_debug_mask, std::optional<double> scale,
+                          bool allow_program) {
   TORCH_CHECK(query.dim() >= 3 && key.dim() == query.dim() &&
                   value.dim() == query.dim(),
               "spyre: scaled_dot_product_attention expects query, key and "
@@ -70,14 +220,31 @@ fused_attention(const at::Tensor& query, const at::Tensor& key,
   TORCH_CHECK(!return_debug_mask,
               "spyre: scaled_dot_product_attention has no debug mask on "
               "spyre; call it with return_debug_mask=False");
-  const int64_t heads = query.size(-3);
-  const at::Tensor k = expand_heads(key, heads);
-  const at::Tensor v = expand_heads(value, heads);
   const int64_t length = query.size(-2);
-  const int64_t source = k.size(-2);
+  const int64_t source = key.size(-2);
   const double factor =
       scale.has_value() ? *scale
                         : 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
+  const auto none = at::empty({0}, query.options().dtype(at::kLong));
+  const auto finish = [&](at::Tensor output, at::Tensor logsumexp) {
+    return std::tuple{std::move(output),
+                      std::move(logsumexp),
+                      none,
+                      none,
+                      c10::SymInt(length),
+                      c10::SymInt(source),
+                      at::zeros({}, query.options().dtype(at::kLong)),
+                      at::zeros({}, query.options().dtype(at::kLong)),
+                      at::empty({0}, query.options())};
+  };
+  if (auto fused = allow_program
+                       ? attention_program(query, key, value, attn_bias,
+                                           dropout_p, is_causal, factor)
+                       : std::nullopt) {
+    return finish(std::get<0>(*fused), std::get<1>(*fused));
+  }
+  const at::Tensor k = expand_heads(key, query.size(-3));
+  const at::Tensor v = expand_heads(value, query.size(-3));
   // The scale split over both operands as PyTorch's math path does (keeps
   // float16 products in range).
   const double root = std::sqrt(factor);
@@ -99,17 +266,40 @@ fused_attention(const at::Tensor& query, const at::Tensor& key,
   // PyTorch's math path.
   at::Tensor attention = at::_safe_softmax(scores, -1);
   if (dropout_p > 0.0) attention = at::dropout(attention, dropout_p, true);
-  at::Tensor output = at::matmul(attention, v);
-  const auto none = at::empty({0}, query.options().dtype(at::kLong));
-  return {std::move(output),
-          std::move(logsumexp),
-          none,
-          none,
-          c10::SymInt(length),
-          c10::SymInt(source),
-          at::zeros({}, query.options().dtype(at::kLong)),
-          at::zeros({}, query.options().dtype(at::kLong)),
-          at::empty({0}, query.options())};
+  at::Tensor output = empty_like_query(query, v.size(-1));
+  output.copy_(at::matmul(attention, v));
+  return finish(std::move(output), std::move(logsumexp));
+}
+
+AttentionResult fused_attention(const at::Tensor& query, const at::Tensor& key,
+                                const at::Tensor& value,
+                                const std::optional<at::Tensor>& attn_bias,
+                                double dropout_p, bool is_causal,
+                                bool return_debug_mask,
+                                std::optional<double> scale) {
+  return attention(query, key, value, attn_bias, dropout_p, is_causal,
+                   return_debug_mask, scale, /*allow_program=*/true);
+}
+
+// Under autograd the decomposition, whose operators autograd records; else
+// below autograd to the spyre kernel (or, for fake tensors while tracing,
+// to the op's meta function).
+AttentionResult autograd_fused_attention(
+    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+    const std::optional<at::Tensor>& attn_bias, double dropout_p,
+    bool is_causal, bool return_debug_mask, std::optional<double> scale) {
+  const bool grad =
+      at::GradMode::is_enabled() &&
+      (needs_grad(query) || needs_grad(key) || needs_grad(value) ||
+       (attn_bias.has_value() && needs_grad(*attn_bias)));
+  if (grad) {
+    return attention(query, key, value, attn_bias, dropout_p, is_causal,
+                     return_debug_mask, scale, /*allow_program=*/false);
+  }
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return at::_ops::_scaled_dot_product_fused_attention_overrideable::call(
+      query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask,
+      scale);
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -120,8 +310,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("_scaled_dot_product_fused_attention_overrideable",
-         TORCH_FN(fused_attention));
+         TORCH_FN(autograd_fused_attention));
 }
 
 }  // namespace
 }  // namespace spyre::torch_glue::ops
+
+// F.scaled_dot_product_attention asks this stub, not the dispatcher, which
+// backend to take.
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub,
+                              &spyre::torch_glue::ops::fused_sdp_choice)
+}  // namespace at::native
