@@ -167,19 +167,44 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> attention_program(
   at::Tensor q = query.unflatten(1, {kv_heads, rep});
   at::Tensor k = key.unsqueeze(2).expand({b, kv_heads, rep, s, key.size(3)});
   at::Tensor v = value.unsqueeze(2).expand({b, kv_heads, rep, s, dv});
-  at::Tensor out = empty_like_query(query, dv);
-  at::Tensor lse = at::empty({b, heads, l}, query.options().dtype(at::kFloat));
-  at::Tensor out_view = out.unflatten(1, {kv_heads, rep});
-  at::Tensor lse_view = lse.unflatten(1, {kv_heads, rep}).unsqueeze(-2);
+  const at::Tensor out = empty_like_query(query, dv);
+  const at::Tensor lse =
+      at::empty({b, heads, l}, query.options().dtype(at::kFloat));
   kernels::AttentionShape shape;
   shape.q = matrix_operand(q, 3);
   shape.k = matrix_operand(k, 3);
   shape.v = matrix_operand(v, 3);
-  shape.out = *matrix_view(out_view, 3);
-  shape.lse = *matrix_view(lse_view, 3);
+  // out and lse as the program writes them: themselves, or (a layout it
+  // cannot address, such as a one-row lse whose heads share a stick) a
+  // fresh [B, H, rows of whole sticks] tensor copied into them after.
+  at::Tensor out_written = out;
+  std::optional<kernels::Matrix> out_matrix =
+      matrix_view(out.unflatten(1, {kv_heads, rep}), 3);
+  if (!out_matrix) {
+    out_written = at::empty({b, heads, l, dv}, query.options());
+    out_matrix = matrix_view(out_written.unflatten(1, {kv_heads, rep}), 3);
+  }
+  at::Tensor lse_written = lse;
+  const auto lse_matrix = [&] {
+    return matrix_view(lse_written.unflatten(1, {kv_heads, rep}).unsqueeze(-2),
+                       3);
+  };
+  std::optional<kernels::Matrix> lse_rows = lse_matrix();
+  if (!lse_rows) {
+    const int64_t per_stick = rt::elements_per_stick(rt::DType::kFloat32);
+    lse_written =
+        at::empty({b, heads, (l + per_stick - 1) / per_stick * per_stick},
+                  lse.options())
+            .narrow(-1, 0, l);
+    lse_rows = lse_matrix();
+  }
+  TORCH_INTERNAL_ASSERT(out_matrix && lse_rows,
+                        "spyre: attention: fresh outputs are not addressable");
+  shape.out = *out_matrix;
+  shape.lse = *lse_rows;
   if (bias.defined()) shape.bias = matrix_operand(bias, 3);
   shape.scale = factor;
-  std::vector<at::Tensor> bound{q, k, v, out_view, lse_view};
+  std::vector<at::Tensor> bound{q, k, v, out_written, lse_written};
   if (bias.defined()) bound.push_back(bias);
   const c10::DeviceIndex device = query.device().index();
   const kernels::AttentionOptions options{{device_chip(device)}};
@@ -197,6 +222,8 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> attention_program(
   } catch (const kernels::KernelBuildError&) {
     return std::nullopt;
   }
+  if (!out_written.is_same(out)) out.copy_(out_written);
+  if (!lse_written.is_same(lse)) lse.copy_(lse_written);
   return std::tuple{out, lse};
 }
 

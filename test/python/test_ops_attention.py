@@ -46,9 +46,10 @@ def close(got, want, dtype):
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("case", ["plain", "float_mask", "padding_mask", "causal", "gqa",
-                                  "scale", "long_query"])
+                                  "scale", "long_query", "decode"])
 def test_inference_is_one_attention_program(case, dtype):
-    q, k, v = qkv(hk=2 if case == "gqa" else 4, l=150 if case == "long_query" else 9)
+    q, k, v = qkv(hk=2 if case in ("gqa", "decode") else 4,
+                  l={"long_query": 150, "decode": 1}.get(case, 9))
     kwargs = {}
     if case == "float_mask":
         kwargs["attn_mask"] = torch.randn(2, 1, 9, 20)
@@ -58,7 +59,7 @@ def test_inference_is_one_attention_program(case, dtype):
         kwargs["attn_mask"] = mask
     elif case == "causal":
         kwargs["is_causal"] = True
-    elif case == "gqa":
+    elif case in ("gqa", "decode"):
         kwargs["enable_gqa"] = True
     elif case == "scale":
         kwargs["scale"] = 0.3
@@ -76,6 +77,19 @@ def test_inference_is_one_attention_program(case, dtype):
         assert torch.spyre.op_stats()["launches"] == 1
     close(got, want, dtype)
     no_fallbacks()
+
+
+def test_one_query_row_returns_a_contiguous_logsumexp():
+    # A decode step's [B, H, 1] lse keeps its heads in one stick: the program
+    # writes rows of whole sticks, copied into it after.
+    q, k, v = qkv(hk=4, l=1, s=33, d=64)
+    out, lse = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
+        q.to("spyre"), k.to("spyre"), v.to("spyre"))[:2]
+    assert lse.shape == (2, 4, 1) and lse.is_contiguous()
+    want = torch.logsumexp((q @ k.transpose(-2, -1)) / 8, -1)
+    torch.testing.assert_close(lse.cpu(), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, k, v),
+                               atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
