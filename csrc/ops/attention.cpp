@@ -23,7 +23,6 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
-#include <ATen/ops/full.h>
 #include <ATen/ops/logsumexp.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/mul.h>
@@ -108,25 +107,17 @@ at::Tensor empty_like_query(const at::Tensor& query, int64_t dv) {
   return at::empty_strided(sizes, strides, query.options());
 }
 
-// [B, H, L, S] additive bias in q's dtype from the mask and causality
-// (undefined when neither is given).
-at::Tensor additive_bias(const at::Tensor& query, int64_t source,
-                         const std::optional<at::Tensor>& attn_mask,
-                         bool is_causal) {
-  const double minus_inf = -std::numeric_limits<double>::infinity();
-  at::Tensor bias;
-  if (attn_mask.has_value() && attn_mask->defined()) {
-    bias = attn_mask->scalar_type() == at::kBool
-               ? at::zeros(attn_mask->sizes(), query.options())
-                     .masked_fill(attn_mask->logical_not(), minus_inf)
-               : attn_mask->to(query.scalar_type());
+// The mask as an additive bias in q's dtype (undefined without one): -inf
+// where a boolean mask is false.
+at::Tensor additive_bias(const at::Tensor& query,
+                         const std::optional<at::Tensor>& attn_mask) {
+  if (!attn_mask.has_value() || !attn_mask->defined()) return {};
+  if (attn_mask->scalar_type() != at::kBool) {
+    return attn_mask->to(query.scalar_type());
   }
-  if (is_causal) {
-    const at::Tensor causal =
-        at::full({query.size(-2), source}, minus_inf, query.options()).triu(1);
-    bias = bias.defined() ? at::add(bias, causal) : causal;
-  }
-  return bias;
+  return at::zeros(attn_mask->sizes(), query.options())
+      .masked_fill(attn_mask->logical_not(),
+                   -std::numeric_limits<double>::infinity());
 }
 
 // out and the row logsumexp from one attention program, or nullopt when it
@@ -155,7 +146,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> attention_program(
     return std::nullopt;
   }
   const int64_t rep = heads / kv_heads;
-  at::Tensor bias = additive_bias(query, s, attn_mask, is_causal);
+  at::Tensor bias = additive_bias(query, attn_mask);
   if (bias.defined()) {
     if (!at::is_expandable_to(bias.sizes(), {b, heads, l, s})) {
       return std::nullopt;
@@ -204,12 +195,13 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> attention_program(
   shape.lse = *lse_rows;
   if (bias.defined()) shape.bias = matrix_operand(bias, 3);
   shape.scale = factor;
+  shape.causal = is_causal;
   std::vector<at::Tensor> bound{q, k, v, out_written, lse_written};
   if (bias.defined()) bound.push_back(bias);
   const c10::DeviceIndex device = query.device().index();
   const kernels::AttentionOptions options{{device_chip(device)}};
   kernels::KeyWriter program_key;
-  program_key.add("attention").add(factor).add(bias.defined());
+  program_key.add("attention").add(factor).add(bias.defined()).add(is_causal);
   for (const kernels::Matrix* m :
        {&shape.q, &shape.k, &shape.v, &shape.out, &shape.lse}) {
     append_key(program_key, *m);

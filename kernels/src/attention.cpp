@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "matmul_parts.h"
 #include "spyre/runtime/error.h"
@@ -11,9 +12,6 @@ namespace {
 
 constexpr rt::DType kF32 = rt::DType::kFloat32;
 constexpr uint32_t kF32Bytes = 4;
-// Query rows per block: a multiple of one fp32 stick, so every block's lse
-// row starts a stick.
-constexpr uint64_t kBlockRows = 64;
 
 enum Slot : uint32_t { kQ = 0, kK = 1, kV = 2, kOut = 3, kLse = 4, kBias = 5 };
 
@@ -56,164 +54,270 @@ void check_shape(const AttentionShape& s) {
   }
 }
 
+// Query rows and key positions one block works on.
+struct Blocking {
+  uint64_t rows = 0;  // query rows per block (a multiple of an fp32 stick)
+  uint64_t keys = 0;  // key positions per key block: all, or whole sticks
+};
+
 // Scratchpad buffers of one core (offsets) and their row pitches.
 struct Buffers {
-  uint32_t q, k, kt, v, scores, probs, acc, out, bias, max, sum, tmp, lse;
+  uint32_t q, k, kt, v, scores, probs, acc, out, bias;
+  uint32_t mask, key_index, query_index, minus_inf;  // causal masking
+  uint32_t max, safe_max, sum, alpha, lse;
   uint32_t q_pitch, k_pitch, kt_pitch, v_pitch, scores_pitch, probs_pitch,
-      acc_pitch, out_pitch, bias_pitch, lse_pitch;
+      acc_pitch, out_pitch, bias_pitch, stats_pitch;
 };
 
 // The bytes of each buffer, in reservation order; `reserve` gets each.
 template <typename Reserve>
-Buffers lay_out(const AttentionShape& s, uint64_t rows, Reserve&& reserve) {
+Buffers lay_out(const AttentionShape& s, Blocking k, Reserve&& reserve) {
   const rt::DType t = s.q.dtype;
   Buffers b{};
   b.q_pitch = padded_row_bytes(s.d(), t);
   b.k_pitch = padded_row_bytes(s.d(), t);
-  b.kt_pitch = padded_row_bytes(s.s(), t);
+  b.kt_pitch = padded_row_bytes(k.keys, t);
   b.v_pitch = padded_row_bytes(s.dv(), t);
-  b.scores_pitch = padded_row_bytes(s.s(), kF32);
-  b.probs_pitch = padded_row_bytes(s.s(), t);
+  b.scores_pitch = padded_row_bytes(k.keys, kF32);
+  b.probs_pitch = padded_row_bytes(k.keys, t);
   b.acc_pitch = padded_row_bytes(s.dv(), kF32);
   b.out_pitch = padded_row_bytes(s.dv(), t);
-  b.bias_pitch = padded_row_bytes(s.s(), t);
-  b.lse_pitch = padded_row_bytes(rows, kF32);
-  b.q = reserve(rows * b.q_pitch, "attention q block");
-  b.k = reserve(s.s() * b.k_pitch, "attention keys");
+  b.bias_pitch = padded_row_bytes(k.keys, t);
+  b.stats_pitch = padded_row_bytes(k.rows, kF32);
+  b.q = reserve(k.rows * b.q_pitch, "attention q block");
+  b.k = reserve(k.keys * b.k_pitch, "attention keys");
   b.kt = reserve(s.d() * b.kt_pitch, "attention keys transposed");
-  b.v = reserve(s.s() * b.v_pitch, "attention values");
-  b.scores = reserve(rows * b.scores_pitch, "attention scores");
-  b.probs = reserve(rows * b.probs_pitch, "attention probabilities");
-  b.acc = reserve(rows * b.acc_pitch, "attention accumulator");
-  b.out = reserve(rows * b.out_pitch, "attention output block");
-  b.bias = s.bias ? reserve(rows * b.bias_pitch, "attention bias") : 0;
-  b.max = reserve(b.lse_pitch, "attention row max");
-  b.sum = reserve(b.lse_pitch, "attention row sum");
-  b.tmp = reserve(b.lse_pitch, "attention row scratch");
-  b.lse = reserve(b.lse_pitch, "attention lse");
+  b.v = reserve(k.keys * b.v_pitch, "attention values");
+  b.scores = reserve(k.rows * b.scores_pitch, "attention scores");
+  b.probs = reserve(k.rows * b.probs_pitch, "attention probabilities");
+  b.acc = reserve(k.rows * b.acc_pitch, "attention accumulator");
+  b.out = reserve(k.rows * b.out_pitch, "attention output block");
+  b.bias = s.bias ? reserve(k.rows * b.bias_pitch, "attention bias") : 0;
+  if (s.causal) {
+    b.mask = reserve(k.rows * padded_row_bytes(k.keys, rt::DType::kBool),
+                     "attention causal mask");
+    b.key_index = reserve(padded_row_bytes(k.keys, kF32), "attention keys");
+    b.query_index = reserve(padded_row_bytes(k.rows, kF32), "attention rows");
+    b.minus_inf = reserve(kF32Bytes, "attention -inf");
+  }
+  b.max = reserve(b.stats_pitch, "attention row max");
+  b.safe_max = reserve(b.stats_pitch, "attention finite row max");
+  b.sum = reserve(b.stats_pitch, "attention row sum");
+  b.alpha = reserve(b.stats_pitch, "attention rescale");
+  b.lse = reserve(b.stats_pitch, "attention lse");
   return b;
 }
 
-uint64_t footprint(const AttentionShape& s, uint64_t rows) {
+uint64_t footprint(const AttentionShape& s, Blocking k) {
   uint64_t total = 0;
-  lay_out(s, rows, [&](uint64_t bytes, const char*) {
+  lay_out(s, k, [&](uint64_t bytes, const char*) {
     total += ceil_div(bytes, rt::kStickBytes) * rt::kStickBytes;
     return 0u;
   });
   return total;
 }
 
+// The largest blocks that fit: every key resident (read once per batch)
+// with 64 or 32 query rows; else 64 (32) rows against key blocks of
+// as many whole sticks of positions as fit (the softmax then runs online
+// over the key blocks). Nullopt when not even one stick of keys fits.
+std::optional<Blocking> plan_blocks(const AttentionShape& s, uint64_t budget) {
+  const uint64_t stick = rt::elements_per_stick(s.q.dtype);
+  for (uint64_t rows : {uint64_t{64}, uint64_t{32}}) {
+    Blocking k{std::min(s.l(), rows), s.s()};
+    if (footprint(s, k) <= budget) return k;
+  }
+  for (uint64_t rows : {uint64_t{64}, uint64_t{32}}) {
+    Blocking k{std::min(s.l(), rows), 0};
+    for (uint64_t n = s.s() / stick; n >= 1; n /= 2) {
+      if (footprint(s, {k.rows, n * stick}) <= budget) {
+        k.keys = n * stick;
+        return k;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 // One value per row of a block, rows 4 bytes apart: a column that row-wise
 // vector ops broadcast along the row.
 rt::Tile row_values(uint32_t at) { return rt::Tile{at, kF32, kF32Bytes, 0}; }
 
+// Per block of query rows, over the key blocks (flash attention's online
+// softmax): s = scale * q k^T + bias; m' = max(m, rowmax s); p = exp(s -
+// m'), rounded to q's dtype; l = l * exp(m - m') + rowsum p; acc = acc *
+// exp(m - m') + p v. Then out = acc / l and lse = m + log l. Maxima enter
+// exp as at least the lowest finite float, so a row of -inf scores keeps
+// exp 0 everywhere, l = 0 (divided as the smallest normal: zeros) and lse
+// -inf.
 class AttentionEmitter {
  public:
-  AttentionEmitter(CoreBuilder& core, const AttentionShape& s, uint64_t rows)
-      : core_(core), s_(s), rows_(rows) {
-    b_ = lay_out(s, rows, [&](uint64_t bytes, const char* what) {
+  AttentionEmitter(CoreBuilder& core, const AttentionShape& s, Blocking k)
+      : core_(core), s_(s), k_(k) {
+    b_ = lay_out(s, k, [&](uint64_t bytes, const char* what) {
       return core_.reserve(static_cast<uint32_t>(bytes), what);
     });
+    if (s.causal) {
+      rt::Vector fill =
+          vec(rt::VecOp::kFill, {b_.minus_inf, kF32, 0, 4}, {}, 1, 1);
+      fill.imm = -std::numeric_limits<double>::infinity();
+      core_.emit(fill);
+    }
   }
 
   void block(uint64_t batch, uint64_t r0) {
-    const uint64_t rows = std::min(rows_, s_.l() - r0);
-    if (batch != resident_) load_keys_and_values(batch);
+    const uint64_t rows = std::min(k_.rows, s_.l() - r0);
     core_.load(s_.q.tiles(kQ, r0, rows, 0, s_.d(), b_.q, b_.q_pitch, batch));
-    if (s_.bias) {
-      core_.load(s_.bias->tiles(kBias, r0, rows, 0, s_.s(), b_.bias,
-                                b_.bias_pitch, batch));
+    // causal: no row of this block sees a key past its last row
+    const uint64_t end = s_.causal ? std::min(s_.s(), r0 + rows) : s_.s();
+    for (uint64_t k0 = 0; k0 < end; k0 += k_.keys) {
+      const uint64_t keys = std::min(k_.keys, s_.s() - k0);
+      // every key resident: loaded once per batch
+      if (keys != s_.s() || batch != resident_) {
+        load_keys_and_values(batch, k0, keys);
+      }
+      scores(batch, r0, rows, k0, keys);
+      accumulate(rows, keys, k0 == 0);
     }
-    scores(rows);
-    softmax(rows);
-    output(rows);
+    finish(rows);
     core_.store(
         s_.out.tiles(kOut, r0, rows, 0, s_.dv(), b_.out, b_.out_pitch, batch));
     core_.store(
-        s_.lse.tiles(kLse, 0, 1, r0, rows, b_.lse, b_.lse_pitch, batch));
+        s_.lse.tiles(kLse, 0, 1, r0, rows, b_.lse, b_.stats_pitch, batch));
   }
 
  private:
   rt::DType t() const { return s_.q.dtype; }
   uint32_t u32(uint64_t v) const { return static_cast<uint32_t>(v); }
+  rt::Tile scores_tile() const {
+    return spad_tile(b_.scores, kF32, b_.scores_pitch);
+  }
 
-  // The batch's keys, transposed once on the vector unit (the matrix unit
-  // reads row-contiguous B fastest), and its values.
-  void load_keys_and_values(uint64_t batch) {
-    core_.load(s_.k.tiles(kK, 0, s_.s(), 0, s_.d(), b_.k, b_.k_pitch, batch));
+  // Keys [k0, k0 + keys), transposed on the vector unit (the matrix unit
+  // reads row-contiguous B fastest), and their values.
+  void load_keys_and_values(uint64_t batch, uint64_t k0, uint64_t keys) {
+    core_.load(s_.k.tiles(kK, k0, keys, 0, s_.d(), b_.k, b_.k_pitch, batch));
     core_.emit(vec(rt::VecOp::kCopy, spad_tile(b_.kt, t(), b_.kt_pitch),
                    transposed(spad_tile(b_.k, t(), b_.k_pitch)), u32(s_.d()),
-                   u32(s_.s())));
-    core_.load(s_.v.tiles(kV, 0, s_.s(), 0, s_.dv(), b_.v, b_.v_pitch, batch));
+                   u32(keys)));
+    core_.load(s_.v.tiles(kV, k0, keys, 0, s_.dv(), b_.v, b_.v_pitch, batch));
     resident_ = batch;
   }
 
   // scores = scale * q @ k^T + bias, in fp32
-  void scores(uint64_t rows) {
-    const rt::Tile sc = spad_tile(b_.scores, kF32, b_.scores_pitch);
+  void scores(uint64_t batch, uint64_t r0, uint64_t rows, uint64_t k0,
+              uint64_t keys) {
+    const rt::Tile sc = scores_tile();
     detail::emit_matmul_tile(core_, spad_tile(b_.q, t(), b_.q_pitch),
-                             spad_tile(b_.kt, t(), b_.kt_pitch), sc, rows,
-                             s_.s(), s_.d(), 0);
+                             spad_tile(b_.kt, t(), b_.kt_pitch), sc, rows, keys,
+                             s_.d(), 0);
     if (s_.scale != 1) {
       core_.emit(
-          vec_imm(rt::VecOp::kMul, sc, sc, s_.scale, u32(rows), u32(s_.s())));
+          vec_imm(rt::VecOp::kMul, sc, sc, s_.scale, u32(rows), u32(keys)));
     }
     if (s_.bias) {
+      core_.load(s_.bias->tiles(kBias, r0, rows, k0, keys, b_.bias,
+                                b_.bias_pitch, batch));
       core_.emit(vec2(rt::VecOp::kAdd, sc, sc,
                       spad_tile(b_.bias, t(), b_.bias_pitch), u32(rows),
-                      u32(s_.s())));
+                      u32(keys)));
     }
+    if (s_.causal && k0 + keys > r0 + 1) mask_future(r0, rows, k0, keys);
   }
 
-  // probs = exp(scores - max) / sum, rounded to q's dtype; lse = max +
-  // log(sum). A row of -inf: its max is taken as the lowest finite value,
-  // so every exp is 0, the sum 0 (divided as the smallest normal: zeros),
-  // and its lse -inf.
-  void softmax(uint64_t rows) {
-    const uint32_t r = u32(rows), n = u32(s_.s());
-    const rt::Tile sc = spad_tile(b_.scores, kF32, b_.scores_pitch);
-    rt::Reduce max;
-    max.op = rt::RedOp::kMax;
-    max.dst = row_values(b_.max);
-    max.src = sc;
-    max.rows = r;
-    max.cols = n;
-    core_.emit(max);
-    core_.emit(vec_imm(rt::VecOp::kMax, row_values(b_.tmp), row_values(b_.max),
-                       -std::numeric_limits<float>::max(), r, 1));
-    core_.emit(vec2(rt::VecOp::kSub, sc, sc, row_values(b_.tmp), r, n));
+  // scores of keys past their query's position: -inf (key index k0 + c
+  // against query index r0 + r)
+  void mask_future(uint64_t r0, uint64_t rows, uint64_t k0, uint64_t keys) {
+    const uint32_t r = u32(rows), n = u32(keys);
+    rt::Vector key_index =
+        vec(rt::VecOp::kIota, {b_.key_index, kF32, 0, 4}, {}, 1, n);
+    key_index.imm = static_cast<double>(k0);
+    key_index.imm2 = 1;
+    core_.emit(key_index);
+    rt::Vector query_index = key_index;
+    query_index.dst = row_values(b_.query_index);
+    query_index.rows = r;
+    query_index.cols = 1;
+    query_index.imm = static_cast<double>(r0);
+    core_.emit(query_index);
+    const rt::Tile mask{
+        b_.mask, rt::DType::kBool,
+        static_cast<int32_t>(padded_row_bytes(k_.keys, rt::DType::kBool)), 1};
+    core_.emit(vec2(rt::VecOp::kGt, mask, {b_.key_index, kF32, 0, 4},
+                    row_values(b_.query_index), r, n));
+    rt::Vector select = vec(rt::VecOp::kSelect, scores_tile(), mask, r, n);
+    select.src1 = {b_.minus_inf, kF32, 0, 0};
+    select.src2 = scores_tile();
+    core_.emit(select);
+  }
+
+  void reduce(rt::RedOp op, uint32_t dst, uint32_t rows, uint32_t cols,
+              bool accumulate) {
+    rt::Reduce r;
+    r.op = op;
+    r.dst = row_values(dst);
+    r.src = scores_tile();
+    r.rows = rows;
+    r.cols = cols;
+    r.accumulate = accumulate;
+    core_.emit(r);
+  }
+
+  // One key block into the running max, sum and accumulator.
+  void accumulate(uint64_t rows, uint64_t keys, bool first) {
+    const uint32_t r = u32(rows), n = u32(keys);
+    const rt::Tile sc = scores_tile();
+    const rt::Tile acc = spad_tile(b_.acc, kF32, b_.acc_pitch);
+    const double lowest = -std::numeric_limits<float>::max();
+    if (!first) {  // the previous block's finite max, for the rescale
+      core_.emit(vec(rt::VecOp::kCopy, row_values(b_.alpha),
+                     row_values(b_.safe_max), r, 1));
+    }
+    reduce(rt::RedOp::kMax, b_.max, r, n, !first);
+    core_.emit(vec_imm(rt::VecOp::kMax, row_values(b_.safe_max),
+                       row_values(b_.max), lowest, r, 1));
+    core_.emit(vec2(rt::VecOp::kSub, sc, sc, row_values(b_.safe_max), r, n));
     core_.emit(vec(rt::VecOp::kExp, sc, sc, r, n));
-    rt::Reduce sum = max;
-    sum.op = rt::RedOp::kSum;
-    sum.dst = row_values(b_.sum);
-    core_.emit(sum);
+    if (!first) {
+      // alpha = exp(old max - new max) rescales what earlier blocks summed
+      core_.emit(vec2(rt::VecOp::kSub, row_values(b_.alpha),
+                      row_values(b_.alpha), row_values(b_.safe_max), r, 1));
+      core_.emit(vec(rt::VecOp::kExp, row_values(b_.alpha),
+                     row_values(b_.alpha), r, 1));
+      core_.emit(vec2(rt::VecOp::kMul, row_values(b_.sum), row_values(b_.sum),
+                      row_values(b_.alpha), r, 1));
+      core_.emit(vec2(rt::VecOp::kMul, acc, acc, row_values(b_.alpha), r,
+                      u32(s_.dv())));
+    }
+    reduce(rt::RedOp::kSum, b_.sum, r, n, !first);
+    const rt::Tile probs = spad_tile(b_.probs, t(), b_.probs_pitch);
+    core_.emit(vec(rt::VecOp::kCopy, probs, sc, r, n));
+    detail::emit_matmul_tile(core_, probs, spad_tile(b_.v, t(), b_.v_pitch),
+                             acc, rows, s_.dv(), keys, first ? 0 : 1);
+  }
+
+  // out = acc / sum, rounded to q's dtype; lse = max + log(sum)
+  void finish(uint64_t rows) {
+    const uint32_t r = u32(rows);
     core_.emit(
         vec(rt::VecOp::kLog, row_values(b_.lse), row_values(b_.sum), r, 1));
     core_.emit(vec2(rt::VecOp::kAdd, row_values(b_.lse), row_values(b_.lse),
                     row_values(b_.max), r, 1));
-    core_.emit(vec_imm(rt::VecOp::kMax, row_values(b_.tmp), row_values(b_.sum),
-                       std::numeric_limits<float>::min(), r, 1));
-    core_.emit(
-        vec(rt::VecOp::kRecip, row_values(b_.tmp), row_values(b_.tmp), r, 1));
-    core_.emit(vec2(rt::VecOp::kMul, spad_tile(b_.probs, t(), b_.probs_pitch),
-                    sc, row_values(b_.tmp), r, n));
-  }
-
-  // out = probs @ v, rounded to q's dtype
-  void output(uint64_t rows) {
-    const rt::Tile acc = spad_tile(b_.acc, kF32, b_.acc_pitch);
-    detail::emit_matmul_tile(core_, spad_tile(b_.probs, t(), b_.probs_pitch),
-                             spad_tile(b_.v, t(), b_.v_pitch), acc, rows,
-                             s_.dv(), s_.s(), 0);
-    core_.emit(vec(rt::VecOp::kCopy, spad_tile(b_.out, t(), b_.out_pitch), acc,
-                   u32(rows), u32(s_.dv())));
+    core_.emit(vec_imm(rt::VecOp::kMax, row_values(b_.alpha),
+                       row_values(b_.sum), std::numeric_limits<float>::min(), r,
+                       1));
+    core_.emit(vec(rt::VecOp::kRecip, row_values(b_.alpha),
+                   row_values(b_.alpha), r, 1));
+    core_.emit(vec2(rt::VecOp::kMul, spad_tile(b_.out, t(), b_.out_pitch),
+                    spad_tile(b_.acc, kF32, b_.acc_pitch), row_values(b_.alpha),
+                    r, u32(s_.dv())));
   }
 
   CoreBuilder& core_;
   const AttentionShape& s_;
-  uint64_t rows_;
+  Blocking k_;
   Buffers b_{};
-  uint64_t resident_ = UINT64_MAX;  // the batch whose keys are loaded
+  uint64_t resident_ = UINT64_MAX;  // the batch whose keys are all loaded
 };
 
 }  // namespace
@@ -221,18 +325,17 @@ class AttentionEmitter {
 rt::Program build_attention(const AttentionShape& s,
                             const AttentionOptions& o) {
   check_shape(s);
-  const uint64_t rows = std::min<uint64_t>(s.l(), kBlockRows);
-  const uint64_t need = footprint(s, rows);
-  if (need > o.target.scratchpad_budget()) {
+  const std::optional<Blocking> blocks =
+      plan_blocks(s, o.target.scratchpad_budget());
+  if (!blocks) {
     throw KernelBuildError(rt::str(
-        "attention: the keys and values of ", s.s(), " positions (head dim ",
-        s.d(), ") and a block of ", rows, " query rows need ", need,
-        " bytes of scratchpad, over the ", o.target.scratchpad_budget(),
-        " available; compute it as separate products"));
+        "attention: one stick of keys (head dim ", s.d(), ", value dim ",
+        s.dv(), ") and 32 query rows need more than the ",
+        o.target.scratchpad_budget(), " bytes of scratchpad available"));
   }
-  ProgramBuilder builder(
-      rt::str("attention_", s.l(), "x", s.s(), "x", s.d(), "x", s.dv()),
-      o.target.cores(), o.target.scratchpad_budget());
+  ProgramBuilder builder(rt::str("attention_", s.l(), "x", s.s(), "x", s.d(),
+                                 "x", s.dv(), s.causal ? "_causal" : ""),
+                         o.target.cores(), o.target.scratchpad_budget());
   builder.add_arg("q", s.q.dtype, s.q.bytes(), false);
   builder.add_arg("k", s.q.dtype, s.k.bytes(), false);
   builder.add_arg("v", s.q.dtype, s.v.bytes(), false);
@@ -240,14 +343,14 @@ rt::Program build_attention(const AttentionShape& s,
   builder.add_arg("lse", kF32, s.lse.bytes(), true);
   if (s.bias) builder.add_arg("bias", s.q.dtype, s.bias->bytes(), false);
   // Blocks in (batch, rows) order, a contiguous run per core: neighbours
-  // share a batch, whose keys and values stay loaded.
-  const uint64_t per_batch = ceil_div(s.l(), rows);
-  const uint64_t blocks = s.q.batch_count() * per_batch;
-  const Split split{blocks, o.target.cores(), 1};
+  // share a batch, whose keys and values stay loaded when all fit.
+  const uint64_t per_batch = ceil_div(s.l(), blocks->rows);
+  const uint64_t count = s.q.batch_count() * per_batch;
+  const Split split{count, o.target.cores(), 1};
   for (uint32_t c = 0; c < split.used_parts(); ++c) {
-    AttentionEmitter emitter(builder.core(c), s, rows);
+    AttentionEmitter emitter(builder.core(c), s, *blocks);
     for (uint64_t i = split.begin(c); i < split.begin(c) + split.size(c); ++i) {
-      emitter.block(i / per_batch, (i % per_batch) * rows);
+      emitter.block(i / per_batch, (i % per_batch) * blocks->rows);
     }
   }
   return std::move(builder).finish();

@@ -22,8 +22,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 struct Case {
   uint64_t batches = 1, l = 1, s = 1, d = 1, dv = 1;
   bool bias = false, bias_rows_repeat = false, shared_keys = false;
+  bool causal = false;
   double scale = 1;
   uint32_t cores = 0;
+  uint32_t scratchpad = 0;  // bytes a core may use; 0: the chip's
 };
 
 Matrix batched(uint64_t rows, uint64_t cols, DType t, uint64_t batches,
@@ -48,12 +50,17 @@ AttentionShape shape_of(const Case& c, DType t) {
     s.bias = b;
   }
   s.scale = c.scale;
+  s.causal = c.causal;
   return s;
 }
 
 void check_attention(const Case& c, DType t, double tol) {
   const AttentionShape s = shape_of(c, t);
   kernels::AttentionOptions o{sim_target(c.cores)};
+  if (c.scratchpad != 0) {
+    o.target.chip.scratchpad_bytes =
+        o.target.chip.scratchpad_reserve + c.scratchpad;
+  }
   const rt::Program program = kernels::build_attention(s, o);
   std::mt19937 rng(7);
   std::vector<Image> images;
@@ -90,6 +97,7 @@ void check_attention(const Case& c, DType t, double tol) {
         }
         score[j] =
             c.scale * dot + (s.bias ? inputs[5].get(*s.bias, b, i, j) : 0);
+        if (c.causal && j > i) score[j] = -kInf;
         max = std::max(max, score[j]);
       }
       double sum = 0;
@@ -158,6 +166,44 @@ TEST_P(Attention, BiasWithFullyMaskedRows) {
                   GetParam(), tol());
 }
 
+TEST_P(Attention, KeysTooLongToStayGoThroughInBlocks) {
+  // 6000 keys of head dim 64 do not fit next to their transpose and values:
+  // the softmax runs online over key blocks (a ragged last one), with a
+  // bias whose first rows mask everything or all but key 0.
+  check_attention({.batches = 2,
+                   .l = 40,
+                   .s = 6000,
+                   .d = 64,
+                   .dv = 64,
+                   .bias = true,
+                   .scale = 0.125},
+                  GetParam(), tol());
+}
+
+TEST_P(Attention, CausalInOneBlockAndOverKeyBlocks) {
+  // Resident keys (the diagonal inside the one block; more queries than
+  // keys) and, on a 128 KiB scratchpad, 300 keys in blocks (blocks past a
+  // row block's last query skipped).
+  check_attention({.batches = 3,
+                   .l = 100,
+                   .s = 70,
+                   .d = 32,
+                   .dv = 32,
+                   .causal = true,
+                   .scale = 0.2},
+                  GetParam(), tol());
+  check_attention({.batches = 2,
+                   .l = 300,
+                   .s = 300,
+                   .d = 64,
+                   .dv = 64,
+                   .bias = true,
+                   .causal = true,
+                   .scale = 0.125,
+                   .scratchpad = 128 * 1024},
+                  GetParam(), tol());
+}
+
 TEST_P(Attention, OneBiasRowForEveryQueryAndSharedKeys) {
   // A padding mask (one row repeated) and grouped-query heads reading the
   // same keys and values (stride-0 batches).
@@ -183,8 +229,8 @@ TEST(AttentionErrors, ShapesAndFit) {
   s.v = batched(9, 16, DType::kFloat16, 1);
   EXPECT_THROW(kernels::build_attention(s, {sim_target()}),
                kernels::KernelBuildError);
-  // 64k keys of head dim 128 do not fit a scratchpad
-  c = Case{.batches = 1, .l = 4, .s = 65536, .d = 128, .dv = 128};
+  // one stick of keys of head dim 8192 and 32 query rows do not fit
+  c = Case{.batches = 1, .l = 40, .s = 64, .d = 8192, .dv = 8192};
   try {
     kernels::build_attention(shape_of(c, DType::kFloat16), {sim_target()});
     FAIL() << "built a program that cannot fit";

@@ -2,9 +2,10 @@
 (kernels/attention.h) for inference: the scores never leave the
 scratchpads. Checked against the CPU in every floating dtype, with masks,
 causality, grouped-query heads, Hugging Face's transposed head views and
-offsets; the output keeps the query's layout (what compiled graphs were
-traced with); training, dropout and sequences too long for a scratchpad take
-the composite paths and still match the CPU."""
+offsets, keys streamed in blocks when they do not fit a scratchpad; the output
+keeps the query's layout (what compiled graphs were traced with); training,
+dropout and a head dim no block holds take the composite paths and still
+match the CPU."""
 
 import pytest
 import torch
@@ -144,10 +145,25 @@ def test_training_and_dropout_take_pytorchs_math_path():
     torch.testing.assert_close(qg.grad.cpu(), qc.grad, atol=1e-4, rtol=1e-4)
 
 
-def test_keys_too_long_for_a_scratchpad_take_the_composite():
-    # 40000 fp16 keys of head dim 64 (5 MB each for k and v): no program holds
-    # them; the decomposition computes the same attention on the device.
-    q, k, v = qkv(b=1, h=1, l=3, s=40000, d=64)
+def test_long_keys_run_online_over_key_blocks():
+    # 40000 fp16 keys of head dim 64 (5 MB each for k and v) do not stay in a
+    # scratchpad: the program streams them in blocks (online softmax).
+    q, k, v = qkv(b=1, h=2, hk=2, l=40, s=40000, d=64)
+    mask = torch.ones(1, 1, 40, 40000, dtype=torch.bool)
+    mask[..., 3, 1:] = False  # query 3 sees only key 0, in the first block
+    want = F.scaled_dot_product_attention(*(t.half().float() for t in (q, k, v)),
+                                          attn_mask=mask)
+    got, families = device_families(lambda: F.scaled_dot_product_attention(
+        *(spyre(t, torch.float16) for t in (q, k, v)), attn_mask=mask.to("spyre")))
+    assert "spyre::attention" in families
+    close(got, want, torch.float16)
+    no_fallbacks()
+
+
+def test_a_head_dim_no_block_holds_takes_the_composite():
+    # 32 query rows and one stick of keys of head dim 8192 overflow a
+    # scratchpad: the decomposition computes it on the device.
+    q, k, v = qkv(b=1, h=1, l=40, s=64, d=8192)
     want = F.scaled_dot_product_attention(*(t.half().float() for t in (q, k, v)))
     got, families = device_families(
         lambda: F.scaled_dot_product_attention(*(spyre(t, torch.float16) for t in (q, k, v))))

@@ -34,6 +34,9 @@ struct AttentionShape {
   // L x S in q's dtype, added to the scaled scores (a mask: -inf where a
   // key is hidden); its rows may repeat (row stride 0).
   std::optional<Matrix> bias;
+  // Query i attends to keys j <= i only (PyTorch's is_causal: the mask's
+  // diagonal at the top left). Key blocks wholly above it are skipped.
+  bool causal = false;
   double scale = 1;
 
   uint64_t l() const { return q.rows; }
