@@ -215,14 +215,16 @@ class RelayConfig:
         return VariantPolicy(mode, tags, why, precision)
 
     def variant_excluded(self, path, class_name, method_name, *, op=None, dtype=None,
-                         module=None, native_ops=()):
+                         dtypes=None, module=None, native_ops=()):
         """Why a generated variant must not exist, or None to keep it.
 
         Ops: global.supported_ops (plus native ops when discover_native_ops)
         restricts @ops variants; edits.ops.include adds back, exclude removes.
         Dtypes (RFC §5.3.3): generated ∩ supported_dtypes ∩ the op's dtypes,
-        + edits include, - edits exclude. Modules likewise with
-        supported_modules and edits.modules.
+        + edits include, - edits exclude, applied to each of the variant's
+        dtypes (`dtype`, and every name in `dtypes` for a variant
+        instantiated for several): one dtype that fails removes the variant.
+        Modules likewise with supported_modules and edits.modules.
         """
         entry = self.file_entry(path)
         matching = [] if entry is None else [t for t in entry.tests
@@ -244,15 +246,17 @@ class RelayConfig:
             if (g.supported_modules is not None and module not in g.supported_modules
                     and module not in edits.modules_include):
                 return f"module {module} is not in global.supported_modules"
-        if dtype is not None:
-            if dtype in edits.dtypes_exclude:
-                return f"dtype {dtype} excluded by edits.dtypes.exclude"
-            if dtype not in edits.dtypes_include:
-                if g.supported_dtypes is not None and dtype not in g.supported_dtypes:
-                    return f"dtype {dtype} is not in global.supported_dtypes"
-                support = self.op_support(op["name"], op["full_name"]) if op else None
-                if support is not None and support.dtypes is not None and dtype not in support.dtypes:
-                    return f"dtype {dtype} is not among the dtypes of supported op {support.name}"
+        every = ([dtype] if dtype is not None else []) + list(dtypes or ())
+        support = self.op_support(op["name"], op["full_name"]) if op else None
+        for name in dict.fromkeys(every):
+            if name in edits.dtypes_exclude:
+                return f"dtype {name} excluded by edits.dtypes.exclude"
+            if name in edits.dtypes_include:
+                continue
+            if g.supported_dtypes is not None and name not in g.supported_dtypes:
+                return f"dtype {name} is not in global.supported_dtypes"
+            if support is not None and support.dtypes is not None and name not in support.dtypes:
+                return f"dtype {name} is not among the dtypes of supported op {support.name}"
         return None
 
     def active_files(self):
