@@ -3,7 +3,8 @@
   validate CONFIG                      check a relay YAML file
   native-ops                           list the OpInfos that run natively on spyre
   select   --config C [change input]   print what a change selects, and why
-  run      --config C [change input] [--report-dir D] [-- pytest args]
+  run      --config C [change input] [--report-dir D] [--shard I/N
+           [--shard-times SUMMARY]] [--cache-dir DIR] [-- pytest args]
 
 Change input (any mix; none selects the full set):
   --diff FILE|-          a unified diff (git diff) of PyTorch or this project
@@ -55,7 +56,16 @@ def _parser():
         c.set_defaults(func=func)
     r = sub.choices["run"]
     r.add_argument("--report-dir", default="test-results")
-    r.add_argument("--name", default="relay", help="report file stem (default: relay)")
+    r.add_argument("--name", default=None,
+                   help="report file stem (default: relay, relay-shard-I-of-N with --shard)")
+    r.add_argument("--shard", default=None, metavar="I/N",
+                   help="run the I-th of N disjoint parts of the selected tests")
+    r.add_argument("--shard-times", default=None, metavar="FILE",
+                   help="a previous run's relay-summary.json or relay-journal.jsonl: "
+                        "balance the shards by its test times")
+    r.add_argument("--cache-dir", default=None,
+                   help="where native-op discovery is cached across processes "
+                        "(default: $SPYRE_RELAY_CACHE_DIR or ~/.cache/torch_spyre/relay)")
     r.add_argument("pytest_args", nargs=argparse.REMAINDER,
                    help="after --: extra pytest arguments")
     sub.choices["select"].add_argument("--json", action="store_true")
@@ -105,7 +115,17 @@ def _select(args):
 
 
 def _run(args):
+    from .shard import parse_shard
     config = load_config(args.config)
+    shard = None
+    if args.shard:
+        try:
+            shard = parse_shard(args.shard)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    if args.name is None:
+        args.name = "relay" if shard is None else f"relay-shard-{shard[0]}-of-{shard[1]}"
     selection = _selection(args, config)
     os.makedirs(args.report_dir, exist_ok=True)
     stem = os.path.join(args.report_dir, args.name)
@@ -127,8 +147,9 @@ def _run(args):
                f"--relay-config={os.path.abspath(args.config)}",
                f"--relay-summary={stem}-summary.json", f"--relay-junit={stem}-junit.xml",
                f"--relay-selection={selection_path}", f"--relay-journal={journal}",
-               *extra, *files]
+               *_shard_args(args, shard, stem), *extra, *files]
     env = dict(os.environ)
+    env.update(_native_ops_cache_env(args, config))
     # Only the spyre base instantiates (RFC 1287 §11); CPU runs as the reference.
     env["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "privateuse1"
     print("relay: " + "\n relay: ".join(selection.describe()))
@@ -137,6 +158,26 @@ def _run(args):
     print(f"relay: {time.time() - started:.1f} s, summary {stem}-summary.json, "
           f"JUnit {stem}-junit.xml")
     return status
+
+
+def _shard_args(args, shard, stem):
+    if shard is None:
+        return []
+    return ["-p", "torch_spyre.testing.shard", f"--relay-shard={shard[0]}/{shard[1]}",
+            f"--relay-shard-out={stem}-shard.json",
+            *([f"--relay-shard-times={os.path.abspath(args.shard_times)}"]
+              if args.shard_times else [])]
+
+
+def _native_ops_cache_env(args, config):
+    """Native-op discovery once per (torch version, config, extension build),
+    shared by the shards and by the restarts after a crash."""
+    from .native_ops import CACHE_ENV, cache_file
+    if CACHE_ENV in os.environ:
+        return {}
+    cache_dir = (args.cache_dir or os.environ.get("SPYRE_RELAY_CACHE_DIR")
+                 or os.path.join(os.path.expanduser("~"), ".cache", "torch_spyre", "relay"))
+    return {CACHE_ENV: cache_file(os.path.abspath(cache_dir), config.sha256)}
 
 
 MAX_CRASHES = 20
