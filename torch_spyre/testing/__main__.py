@@ -1,6 +1,7 @@
 """`python -m torch_spyre.testing` (also the `spyre-relay` console script).
 
-  validate CONFIG                      check a relay YAML file
+  validate CONFIG [--strict]           check a relay YAML file (--strict: no
+                                       wholesale xfail, a reason per xfail entry)
   native-ops                           list the OpInfos that run natively on spyre
   select   --config C [change input]   print what a change selects, and why
   run      --config C [change input] [--report-dir D] [--shard I/N
@@ -40,6 +41,9 @@ def _parser():
 
     v = sub.add_parser("validate", help="validate a relay YAML file")
     v.add_argument("config")
+    v.add_argument("--strict", action="store_true",
+                   help="also require mandatory files: no unlisted_test_mode xfail, a "
+                        "reason on every xfail entry (exit 2 otherwise)")
     v.set_defaults(func=_validate)
 
     n = sub.add_parser("native-ops", help="list the OpInfos with a native spyre kernel")
@@ -79,6 +83,12 @@ def _validate(args):
     for entry, tokens in config.inactive_entries():
         print(f"  line {entry.line}: {entry.path} inactive until "
               f"{', '.join(tokens)} is set")
+    if args.strict:
+        problems = config.strict_problems()
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        if problems:
+            return 2
     return 0
 
 
