@@ -195,3 +195,34 @@ def test_the_cache_key_follows_torch_config_and_build(monkeypatch):
     assert key != native_ops.cache_key("a" * 64)
     monkeypatch.setattr(native_ops.torch, "__version__", "9.9.9")
     assert native_ops.cache_key("a" * 64) != key
+
+
+def test_a_restarted_shard_keeps_its_part(tmp_path):
+    """After a crash the CLI restarts pytest with the journal: the tests it
+    holds are deselected by the relay, yet still count in the assignment, so
+    the shard's part does not move."""
+    config = tmp_path / "c.yaml"
+    config.write_text(CONFIG)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTORCH_ROOT=str(UPSTREAM),
+               PYTORCH_TESTING_DEVICE_ONLY_FOR="privateuse1")
+
+    def collect(out, *extra):
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+             "-p", "torch_spyre.testing.plugin", "-p", "torch_spyre.testing.shard",
+             f"--relay-config={config}", "--relay-shard=1/2", f"--relay-shard-out={out}",
+             *extra, str(UPSTREAM / "test" / "test_multi_dtype.py")],
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        nodeids = [line for line in result.stdout.splitlines() if "::" in line]
+        return json.loads(Path(out).read_text())["tests"], nodeids, result
+
+    first, nodeids, result = collect(tmp_path / "a.json")
+    assert len(nodeids) == len(first) >= 5, result.stdout[-2000:]
+    done = nodeids[0]
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text("\n".join(json.dumps(e) for e in [
+        {"event": "begin", "record": {"time": 0}},
+        {"event": "end", "record": {"nodeid": done, "outcome": "passed", "duration_s": 0.1}}]))
+    again, left, result = collect(tmp_path / "b.json", f"--relay-journal={journal}")
+    assert again == first
+    assert left == nodeids[1:], result.stdout[-2000:]
