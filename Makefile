@@ -55,6 +55,7 @@ test-python: python
 # The upstream test relay with the project's config (docs/relay.md); its JSON
 # summary and JUnit XML are the CI artefacts in test-results/.
 test-relay: python
+	$(PYTHON) -m torch_spyre.testing validate --strict test/relay/spyre.yaml
 	$(PYTHON) -m torch_spyre.testing run --config test/relay/spyre.yaml \
 	  --report-dir test-results
 

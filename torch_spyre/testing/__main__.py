@@ -1,9 +1,11 @@
 """`python -m torch_spyre.testing` (also the `spyre-relay` console script).
 
-  validate CONFIG                      check a relay YAML file
+  validate CONFIG [--strict]           check a relay YAML file (--strict: no
+                                       wholesale xfail, a reason per xfail entry)
   native-ops                           list the OpInfos that run natively on spyre
   select   --config C [change input]   print what a change selects, and why
-  run      --config C [change input] [--report-dir D] [-- pytest args]
+  run      --config C [change input] [--report-dir D] [--shard I/N
+           [--shard-times SUMMARY]] [--cache-dir DIR] [-- pytest args]
 
 Change input (any mix; none selects the full set):
   --diff FILE|-          a unified diff (git diff) of PyTorch or this project
@@ -39,10 +41,24 @@ def _parser():
 
     v = sub.add_parser("validate", help="validate a relay YAML file")
     v.add_argument("config")
+    v.add_argument("--strict", action="store_true",
+                   help="also require mandatory files: no unlisted_test_mode xfail, a "
+                        "reason on every xfail entry (exit 2 otherwise)")
     v.set_defaults(func=_validate)
 
     n = sub.add_parser("native-ops", help="list the OpInfos with a native spyre kernel")
     n.set_defaults(func=_native_ops)
+
+    o = sub.add_parser("record-ops", help="record per test the ATen ops it dispatches to "
+                                          "spyre (the op map selection uses)")
+    o.add_argument("--out", default=None,
+                   help="the map to write (default: op_map.json next to --config, else "
+                        "test/relay/op_map.json)")
+    o.add_argument("--config", default=None,
+                   help="also record the relay's tests of this config (its active files)")
+    o.add_argument("paths", nargs="*", help="test files (default: test/python/test_ops_*.py)")
+    o.add_argument("--pytest-args", default="", help="extra pytest arguments, one string")
+    o.set_defaults(func=_record_ops)
 
     for name, func, help_text in (("select", _select, "show what a change selects, and why"),
                                   ("run", _run, "run the relay and write its reports")):
@@ -52,13 +68,29 @@ def _parser():
         c.add_argument("--changed-files", nargs="*", default=[])
         c.add_argument("--changed-files-from", help="file with one changed path per line")
         c.add_argument("--changed-ops", default="", help="comma-separated OpInfo names")
+        c.add_argument("--op-map", default=None,
+                       help="the recorded op map (default: op_map.json next to the config, "
+                            "if there); 'none' to ignore it")
         c.set_defaults(func=func)
     r = sub.choices["run"]
     r.add_argument("--report-dir", default="test-results")
-    r.add_argument("--name", default="relay", help="report file stem (default: relay)")
+    r.add_argument("--name", default=None,
+                   help="report file stem (default: relay, relay-shard-I-of-N with --shard)")
+    r.add_argument("--shard", default=None, metavar="I/N",
+                   help="run the I-th of N disjoint parts of the selected tests")
+    r.add_argument("--shard-times", default=None, metavar="FILE",
+                   help="a previous run's relay-summary.json or relay-journal.jsonl: "
+                        "balance the shards by its test times")
+    r.add_argument("--cache-dir", default=None,
+                   help="where native-op discovery is cached across processes "
+                        "(default: $SPYRE_RELAY_CACHE_DIR or ~/.cache/torch_spyre/relay)")
     r.add_argument("pytest_args", nargs=argparse.REMAINDER,
                    help="after --: extra pytest arguments")
     sub.choices["select"].add_argument("--json", action="store_true")
+    sub.choices["select"].add_argument("--nodeids", action="store_true",
+                                       help="print only the selected recorded tests' node ids")
+    sub.choices["select"].add_argument("--count", action="store_true",
+                                       help="print how many recorded tests are selected")
     return p
 
 
@@ -69,6 +101,12 @@ def _validate(args):
     for entry, tokens in config.inactive_entries():
         print(f"  line {entry.line}: {entry.path} inactive until "
               f"{', '.join(tokens)} is set")
+    if args.strict:
+        problems = config.strict_problems()
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        if problems:
+            return 2
     return 0
 
 
@@ -91,12 +129,82 @@ def _selection(args, config):
             paths += f.read().splitlines()
     changes += parse_file_list(paths)
     ops = [o.strip() for o in args.changed_ops.split(",") if o.strip()]
-    return select(changes, ops, config)
+    return select(changes, ops, config, op_map=_op_map(args))
+
+
+def _op_map(args):
+    from .opmap import OpMap
+    path = args.op_map
+    if path == "none":
+        return None
+    if path is None:
+        path = os.path.join(os.path.dirname(os.path.abspath(args.config)), "op_map.json")
+        if not os.path.exists(path):
+            return None
+    return OpMap.load(path)
+
+
+def _record_ops(args):
+    """Two pytest sessions: the hand-written files as they are, then the
+    config's files under the relay plugin (which skips files it does not
+    list); their maps merge into --out."""
+    import glob
+    import tempfile
+    from .config import _token_value
+    from .opmap import OpMap
+    root = _token_value("TORCH_DEVICE_ROOT")
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(args.config)) if args.config
+                                   else os.path.join(root, "test", "relay"), "op_map.json")
+    patterns = args.paths or [os.path.join(root, p) for p in ("test/python/test_ops_*.py",)]
+    plain = sorted({f for p in patterns for f in (glob.glob(p) or [p])})
+    sessions = [(plain, [], {})]
+    if args.config:
+        config = load_config(args.config)
+        relay_files = sorted({p for _, paths in config.active_files() for p in paths})
+        env = {"PYTORCH_TESTING_DEVICE_ONLY_FOR": "privateuse1",
+               **_native_ops_cache_env(argparse.Namespace(cache_dir=None), config)}
+        sessions.append((relay_files, ["-p", "torch_spyre.testing.plugin",
+                                       f"--relay-config={os.path.abspath(args.config)}"], env))
+    merged = OpMap()
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (files, plugin_args, extra_env) in enumerate(sessions):
+            if not files:
+                continue
+            part = os.path.join(tmp, f"part{i}.json")
+            command = [sys.executable, "-m", "pytest", "-p", "torch_spyre.testing.opmap",
+                       "-p", "no:cacheprovider", "-q", f"--rootdir={root}",
+                       f"--relay-record-ops={part}", f"--relay-record-root={root}",
+                       *plugin_args, *args.pytest_args.split(), *files]
+            print(f"relay: recording the ops of {len(files)} files")
+            status = subprocess.call(command, env={**os.environ, **extra_env}, cwd=root)
+            if not os.path.exists(part):
+                print(f"relay: pytest wrote no op map (exit {status})", file=sys.stderr)
+                return 2
+            recorded = OpMap.load(part)
+            merged.tests.update(recorded.tests)
+            merged.meta = {"torch_version": recorded.meta.get("torch_version"),
+                           "recorded_from": sorted(set(merged.meta.get("recorded_from", ())) |
+                                                   set(recorded.meta["recorded_from"]))}
+    # Failing tests are recorded too (up to their failure, "complete": false).
+    merged.save(out)
+    print(f"relay: {len(merged.tests)} tests recorded into {out}")
+    return 0
 
 
 def _select(args):
     config = load_config(args.config)
     selection = _selection(args, config)
+    op_map = _op_map(args)
+    if args.nodeids or args.count:
+        if op_map is None:
+            print("error: --nodeids/--count need an op map (--op-map)", file=sys.stderr)
+            return 2
+        chosen = selection.selected_tests(op_map)
+        if args.nodeids:
+            print("\n".join(chosen))
+        else:
+            print(f"{len(chosen)} of {len(op_map.tests)} recorded tests selected")
+        return 0
     if args.json:
         print(json.dumps(selection.to_json(), indent=1))
     else:
@@ -105,7 +213,17 @@ def _select(args):
 
 
 def _run(args):
+    from .shard import parse_shard
     config = load_config(args.config)
+    shard = None
+    if args.shard:
+        try:
+            shard = parse_shard(args.shard)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    if args.name is None:
+        args.name = "relay" if shard is None else f"relay-shard-{shard[0]}-of-{shard[1]}"
     selection = _selection(args, config)
     os.makedirs(args.report_dir, exist_ok=True)
     stem = os.path.join(args.report_dir, args.name)
@@ -127,8 +245,9 @@ def _run(args):
                f"--relay-config={os.path.abspath(args.config)}",
                f"--relay-summary={stem}-summary.json", f"--relay-junit={stem}-junit.xml",
                f"--relay-selection={selection_path}", f"--relay-journal={journal}",
-               *extra, *files]
+               *_shard_args(args, shard, stem), *extra, *files]
     env = dict(os.environ)
+    env.update(_native_ops_cache_env(args, config))
     # Only the spyre base instantiates (RFC 1287 §11); CPU runs as the reference.
     env["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "privateuse1"
     print("relay: " + "\n relay: ".join(selection.describe()))
@@ -137,6 +256,26 @@ def _run(args):
     print(f"relay: {time.time() - started:.1f} s, summary {stem}-summary.json, "
           f"JUnit {stem}-junit.xml")
     return status
+
+
+def _shard_args(args, shard, stem):
+    if shard is None:
+        return []
+    return ["-p", "torch_spyre.testing.shard", f"--relay-shard={shard[0]}/{shard[1]}",
+            f"--relay-shard-out={stem}-shard.json",
+            *([f"--relay-shard-times={os.path.abspath(args.shard_times)}"]
+              if args.shard_times else [])]
+
+
+def _native_ops_cache_env(args, config):
+    """Native-op discovery once per (torch version, config, extension build),
+    shared by the shards and by the restarts after a crash."""
+    from .native_ops import CACHE_ENV, cache_file
+    if CACHE_ENV in os.environ:
+        return {}
+    cache_dir = (args.cache_dir or os.environ.get("SPYRE_RELAY_CACHE_DIR")
+                 or os.path.join(os.path.expanduser("~"), ".cache", "torch_spyre", "relay"))
+    return {CACHE_ENV: cache_file(os.path.abspath(cache_dir), config.sha256)}
 
 
 MAX_CRASHES = 20

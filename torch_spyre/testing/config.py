@@ -107,6 +107,7 @@ class TestEntry:
     mode: str = DEFAULT_LISTED_MODE
     tags: list[str] = dataclasses.field(default_factory=list)
     edits: Edits = dataclasses.field(default_factory=Edits)
+    reason: str | None = None  # why the listed tests take this mode (extension)
 
     def matches(self, class_name, method_name):
         return any(_class_matches(cls, class_name) and pattern.fullmatch(method_name)
@@ -199,6 +200,8 @@ class RelayConfig:
         if matching:
             mode = matching[-1].mode
             why = f"listed at {self.source}:{matching[-1].line}"
+            if matching[-1].reason:
+                why += f" ({matching[-1].reason})"
         else:
             mode = entry.unlisted_test_mode
             why = f"unlisted; unlisted_test_mode of {self.source}:{entry.line}"
@@ -215,14 +218,16 @@ class RelayConfig:
         return VariantPolicy(mode, tags, why, precision)
 
     def variant_excluded(self, path, class_name, method_name, *, op=None, dtype=None,
-                         module=None, native_ops=()):
+                         dtypes=None, module=None, native_ops=()):
         """Why a generated variant must not exist, or None to keep it.
 
         Ops: global.supported_ops (plus native ops when discover_native_ops)
         restricts @ops variants; edits.ops.include adds back, exclude removes.
         Dtypes (RFC §5.3.3): generated ∩ supported_dtypes ∩ the op's dtypes,
-        + edits include, - edits exclude. Modules likewise with
-        supported_modules and edits.modules.
+        + edits include, - edits exclude, applied to each of the variant's
+        dtypes (`dtype`, and every name in `dtypes` for a variant
+        instantiated for several): one dtype that fails removes the variant.
+        Modules likewise with supported_modules and edits.modules.
         """
         entry = self.file_entry(path)
         matching = [] if entry is None else [t for t in entry.tests
@@ -244,16 +249,37 @@ class RelayConfig:
             if (g.supported_modules is not None and module not in g.supported_modules
                     and module not in edits.modules_include):
                 return f"module {module} is not in global.supported_modules"
-        if dtype is not None:
-            if dtype in edits.dtypes_exclude:
-                return f"dtype {dtype} excluded by edits.dtypes.exclude"
-            if dtype not in edits.dtypes_include:
-                if g.supported_dtypes is not None and dtype not in g.supported_dtypes:
-                    return f"dtype {dtype} is not in global.supported_dtypes"
-                support = self.op_support(op["name"], op["full_name"]) if op else None
-                if support is not None and support.dtypes is not None and dtype not in support.dtypes:
-                    return f"dtype {dtype} is not among the dtypes of supported op {support.name}"
+        every = ([dtype] if dtype is not None else []) + list(dtypes or ())
+        support = self.op_support(op["name"], op["full_name"]) if op else None
+        for name in dict.fromkeys(every):
+            if name in edits.dtypes_exclude:
+                return f"dtype {name} excluded by edits.dtypes.exclude"
+            if name in edits.dtypes_include:
+                continue
+            if g.supported_dtypes is not None and name not in g.supported_dtypes:
+                return f"dtype {name} is not in global.supported_dtypes"
+            if support is not None and support.dtypes is not None and name not in support.dtypes:
+                return f"dtype {name} is not among the dtypes of supported op {support.name}"
         return None
+
+    def strict_problems(self):
+        """Why this config does not hold the project's strict rule, as
+        "file:line: reason" strings ([] when it does): a file's tests run
+        mandatory with listed known failures, never wholesale as xfail. So
+        no files entry has unlisted_test_mode xfail or xfail_strict, and
+        every tests entry of mode xfail or xfail_strict gives its `reason`.
+        (`validate --strict`; the RFC itself allows both.)"""
+        problems = []
+        for i, f in enumerate(self.files):
+            if f.unlisted_test_mode in ("xfail", "xfail_strict"):
+                problems.append(f"{self.source}:{f.line}: files[{i}] ({f.path}) runs its "
+                                f"unlisted tests as {f.unlisted_test_mode}; use "
+                                "mandatory_success (or skip) and list the known failures")
+            for t in f.tests:
+                if t.mode in ("xfail", "xfail_strict") and not t.reason:
+                    problems.append(f"{self.source}:{t.line}: a {t.mode} entry of {f.path} "
+                                    "without a `reason`: say why these tests fail")
+        return problems
 
     def active_files(self):
         """[(entry, [files])] for every entry whose path tokens resolve."""
@@ -478,7 +504,7 @@ def _parse_file(v, node, what, global_):
 
 def _parse_test(v, node, what):
     fields = v.mapping(node, what, required=("names",),
-                       allowed=("names", "mode", "tags", "edits", "selectors"))
+                       allowed=("names", "mode", "tags", "edits", "reason", "selectors"))
     if "selectors" in fields:
         v.fail(fields["selectors"], f"{what}.selectors is planned in RFC 1287 but not "
                                     "implemented here; list the tests by `names` instead")
@@ -507,6 +533,8 @@ def _parse_test(v, node, what):
             entry.tags.append(tag)
     if "edits" in fields:
         entry.edits = _parse_edits(v, fields["edits"], f"{what}.edits")
+    if "reason" in fields:
+        entry.reason = v.scalar(fields["reason"], f"{what}.reason").strip() or None
     return entry
 
 

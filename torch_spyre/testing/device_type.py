@@ -51,14 +51,39 @@ def _module_path(module_info):
     return f"torch.{module_info.name}" if module_info.name.startswith("nn.") else module_info.name
 
 
+def _dtype_names(value):
+    """The dtype names in one parameter value: a dtype, or a list/tuple of
+    dtypes (as @dtypes((a, b), ...) gives); [] for anything else."""
+    if isinstance(value, torch.dtype):
+        return [_dtype_name(value)]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.dtype)
+                                                           for v in value):
+        return [_dtype_name(v) for v in value]
+    return []
+
+
 def variant_info(param_kwargs):
-    """{op, dtype, module} of one instantiated variant (None where absent)."""
+    """{op, dtype, dtypes, module} of one instantiated variant.
+
+    `dtype` is the variant's dtype: the `dtype` parameter, or for a variant
+    of several dtypes at once (@dtypes((torch.float32, torch.complex64)),
+    passed as `dtypes`) their names joined by ",". `dtypes` lists every
+    dtype the variant is instantiated for: those plus any dtype-valued
+    parameter (e.g. @parametrize("other", [torch.int64])), in order. None /
+    [] where absent.
+    """
     op = param_kwargs.get("op")
     module_info = param_kwargs.get("module_info")
+    own = _dtype_names(param_kwargs.get("dtypes", param_kwargs.get("dtype")))
+    every = list(own)
+    for key, value in param_kwargs.items():
+        if key not in ("dtype", "dtypes", "device", "devices"):
+            every += _dtype_names(value)
     return {
         "op": None if op is None else {"name": op.name, "full_name": op.full_name,
                                        "aten_name": op.aten_name},
-        "dtype": _dtype_name(param_kwargs.get("dtype")),
+        "dtype": ",".join(own) if own else None,
+        "dtypes": list(dict.fromkeys(every)),
         "module": None if module_info is None else _module_path(module_info),
     }
 
@@ -79,7 +104,7 @@ class SpyreTestBase(cdt.PrivateUse1TestBase):
             class_name = generic_cls.__name__ if generic_cls is not None else cls.__name__
             if config is not None:
                 why = config.variant_excluded(source, class_name, test_name, op=info["op"],
-                                              dtype=info["dtype"], module=info["module"],
+                                              dtypes=info["dtypes"], module=info["module"],
                                               native_ops=native)
                 if why is not None:
                     delattr(cls, test_name)

@@ -96,9 +96,42 @@ def classify(opinfo):
     return None
 
 
-@functools.lru_cache(maxsize=1)
-def native_opinfos():
-    """[(OpInfo, NativeOp)] over op_db, computed once per process."""
+# A JSON file caching the discovery across processes (relay shards, the
+# restarts after a crash): `python -m torch_spyre.testing run` points it at
+# cache_file(); its name carries the key, and the file repeats it.
+CACHE_ENV = "SPYRE_RELAY_NATIVE_OPS_CACHE"
+CACHE_SCHEMA = "torch_spyre.relay.native_ops/1"
+
+
+def extension_fingerprint():
+    """sha256 of the compiled extension: a rebuild can register new kernels."""
+    import glob
+    import hashlib
+    import os
+
+    import torch_spyre
+    digest = hashlib.sha256()
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(torch_spyre.__file__), "_C*.so"))):
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def cache_key(config_sha256):
+    """The key of a discovery: torch version, the relay config's sha256 and
+    the extension build (any of them changing invalidates the cache)."""
+    import hashlib
+    text = "\n".join((torch.__version__, config_sha256 or "", extension_fingerprint()))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def cache_file(cache_dir, config_sha256):
+    import os
+    return os.path.join(cache_dir, f"native-ops-{cache_key(config_sha256)}.json")
+
+
+def _discover():
     from torch.testing._internal.common_methods_invocations import op_db
     found = []
     for opinfo in op_db:
@@ -106,6 +139,56 @@ def native_opinfos():
         if native is not None:
             found.append((opinfo, native))
     return tuple(found)
+
+
+def _load_cache(path):
+    """The cached discovery, or None when the file is absent, of another
+    torch version, or names an OpInfo op_db no longer has."""
+    import json
+    from torch.testing._internal.common_methods_invocations import op_db
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if data.get("schema") != CACHE_SCHEMA or data.get("torch_version") != torch.__version__:
+        return None
+    by_name = {op.full_name: op for op in op_db}
+    found = []
+    for entry in data.get("ops", []):
+        opinfo = by_name.get(entry.get("full_name"))
+        if opinfo is None:
+            return None
+        found.append((opinfo, NativeOp(opinfo.name, opinfo.full_name, entry["why"])))
+    return tuple(found)
+
+
+def _store_cache(path, found):
+    import json
+    import os
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    data = {"schema": CACHE_SCHEMA, "torch_version": torch.__version__,
+            "ops": [{"full_name": n.full_name, "why": n.why} for _, n in found]}
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(temporary, path)  # atomic: concurrent shards never read half a file
+
+
+@functools.lru_cache(maxsize=1)
+def native_opinfos():
+    """[(OpInfo, NativeOp)] over op_db, computed once per process, and once
+    across processes when $SPYRE_RELAY_NATIVE_OPS_CACHE names a cache file."""
+    import os
+    path = os.environ.get(CACHE_ENV)
+    if path:
+        cached = _load_cache(path)
+        if cached is not None:
+            return cached
+    found = _discover()
+    if path:
+        _store_cache(path, found)
+    return found
 
 
 def native_op_names():

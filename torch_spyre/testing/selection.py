@@ -19,6 +19,15 @@ Rules, by changed path (paths relative to a PyTorch or torch_spyre root):
   set, because nothing narrower can be justified.
 * documentation (*.md, *.rst, *.txt, docs/): nothing.
 
+With an op map (opmap.py: per recorded test, the ATen ops it dispatched to
+spyre and the torch._refs functions it ran), recorded tests are selected too
+(`tests`, node ids; hand-written tests included): a native_functions.yaml
+`func:` hunk or a changed op selects the tests that dispatched it; a kernel
+file of this project (csrc/) the tests that dispatched the ops its changed
+lines name, else the ops it registers (the full set when it registers none,
+or no recorded test dispatched them); torch/_refs only the tests that ran
+the refs the hunks touch.
+
 No input at all selects the full set.
 """
 
@@ -53,6 +62,8 @@ class Selection:
     ops: dict = dataclasses.field(default_factory=lambda: defaultdict(list))
     aten_ops: dict = dataclasses.field(default_factory=lambda: defaultdict(list))
     modules: dict = dataclasses.field(default_factory=lambda: defaultdict(list))
+    # recorded tests (node ids of the op map: hand-written tests too)
+    tests: dict = dataclasses.field(default_factory=lambda: defaultdict(list))
     ignored: dict = dataclasses.field(default_factory=dict)
 
     # ---- queries -------------------------------------------------------
@@ -76,17 +87,38 @@ class Selection:
                 reasons += self.modules.get(key, [])
         return "; ".join(dict.fromkeys(reasons)) if reasons else None
 
+    def why_test(self, nodeid, opinfo=None):
+        """Why a recorded test (an op map node id; `opinfo`: the variant info
+        of a recorded relay test) is selected, or None."""
+        if self.full is not None:
+            return self.full
+        reasons = list(self.tests.get(nodeid, ()))
+        path = nodeid.split("::")[0]
+        for pattern in self.files:
+            if _path_matches(path, pattern) or pattern.replace("\\", "/").endswith("/" + path):
+                reasons += self.files[pattern]
+        if opinfo is not None and (why := self.why("", {"op": opinfo})):
+            reasons.append(why)
+        return "; ".join(dict.fromkeys(reasons)) if reasons else None
+
+    def selected_tests(self, op_map):
+        """The node ids of `op_map` this selection runs (recorded relay
+        variants by their OpInfo too, as the relay would select them)."""
+        infos = _opinfo_infos({r["opinfo"] for r in op_map.tests.values() if r.get("opinfo")})
+        return sorted(t for t, r in op_map.tests.items()
+                      if self.why_test(t, infos.get(r.get("opinfo"))) is not None)
+
     # ---- (de)serialisation ----------------------------------------------
 
     def to_json(self):
         return {"full": self.full, "files": dict(self.files), "ops": dict(self.ops),
                 "aten_ops": dict(self.aten_ops), "modules": dict(self.modules),
-                "ignored": self.ignored}
+                "tests": dict(self.tests), "ignored": self.ignored}
 
     @classmethod
     def from_json(cls, data):
         s = cls(full=data.get("full"), ignored=data.get("ignored", {}))
-        for key in ("files", "ops", "aten_ops", "modules"):
+        for key in ("files", "ops", "aten_ops", "modules", "tests"):
             getattr(s, key).update(data.get(key, {}))
         return s
 
@@ -104,7 +136,8 @@ class Selection:
         else:
             lines = []
             for title, table in (("file", self.files), ("op", self.ops),
-                                 ("aten op", self.aten_ops), ("module", self.modules)):
+                                 ("aten op", self.aten_ops), ("module", self.modules),
+                                 ("test", self.tests)):
                 for name, why in sorted(table.items()):
                     label = f"every {title}" if name == ALL else f"{title} {name}"
                     lines.append(f"{label}: {'; '.join(why)}")
@@ -112,6 +145,16 @@ class Selection:
                 lines.append("nothing selected")
         lines += [f"ignored {p}: {why}" for p, why in sorted(self.ignored.items())]
         return lines
+
+
+def _opinfo_infos(full_names):
+    """{full_name: {name, full_name, aten_name}} of the named OpInfos."""
+    if not full_names:
+        return {}
+    from torch.testing._internal.common_methods_invocations import op_db
+    return {op.full_name: {"name": op.name, "full_name": op.full_name,
+                           "aten_name": op.aten_name}
+            for op in op_db if op.full_name in full_names}
 
 
 def _path_matches(path, pattern):
@@ -180,20 +223,61 @@ _INFRA = ("torch/testing/_internal/common_device_type.py",
 _DOCS = re.compile(r"(^|/)docs?/|\.(md|rst|txt)$")
 
 
-def select(changes=None, ops=(), config=None):
-    """A Selection for the given changes and/or op names."""
+def select(changes=None, ops=(), config=None, op_map=None, project_root=None):
+    """A Selection for the given changes and/or op names.
+
+    With an op map (opmap.OpMap), recorded tests are selected by the ops they
+    dispatched: changed ops, native_functions.yaml hunks, kernel files of
+    this project (csrc/), and torch/_refs changes (only the tests that ran
+    the refs touched)."""
     s = Selection()
     if not changes and not ops:
         s.full = "no change list given: the full set runs"
         return s
+    ctx = _Context(config, op_map, project_root)
     for name in ops:
         s.ops[name].append("named as a changed op")
+        if op_map is not None:
+            from .opmap import _is_aten_op
+            aten = name.split(".")[-1]  # nn.functional.relu -> relu
+            if _is_aten_op(aten):
+                ctx.select_dispatching(s, aten, "named as a changed op")
     for change in changes or ():
-        _select_for(change, s, config)
+        _select_for(change, s, ctx)
     return s
 
 
-def _select_for(change, s, config):
+class _Context:
+    def __init__(self, config, op_map, project_root):
+        self.config, self.op_map = config, op_map
+        if project_root is None:
+            from .config import _token_value
+            project_root = _token_value("TORCH_DEVICE_ROOT")
+        self.project_root = project_root
+
+    def _take(self, s, nodeids, why):
+        for nodeid in nodeids:
+            s.tests[nodeid].append(why)
+            opinfo = self.op_map.tests[nodeid].get("opinfo")
+            if opinfo:  # a recorded relay variant: the relay selects by its OpInfo
+                s.ops[opinfo].append(why)
+
+    def select_dispatching(self, s, op, why):
+        """Selects the recorded tests that dispatched `op`; how many."""
+        if self.op_map is None:
+            return 0
+        found = self.op_map.tests_dispatching(op)
+        self._take(s, found, f"{why}; dispatched aten::{op} when recorded")
+        return len(found)
+
+    def select_running_refs(self, s, names, why):
+        found = self.op_map.tests_running_refs(names or None)
+        self._take(s, found, why)
+        return len(found)
+
+
+def _select_for(change, s, ctx):
+    config = ctx.config
     path = change.path
     if any(path == p or path.startswith(p) for p in _INFRA):
         return _full(s, f"{path} changed (test infrastructure): every test depends on it")
@@ -206,7 +290,11 @@ def _select_for(change, s, config):
     if path == "torch/testing/_internal/common_modules.py":
         return _from_module_source(change, s)
     if path == "aten/src/ATen/native/native_functions.yaml":
-        return _from_native_functions(change, s)
+        return _from_native_functions(change, s, ctx)
+    if ctx.op_map is not None and re.fullmatch(r"csrc/.+\.(cpp|h|cc|hpp)", path):
+        return _from_kernel_source(change, s, ctx)
+    if ctx.op_map is not None and path.startswith("torch/_refs/") and path.endswith(".py"):
+        return _from_refs(change, s, ctx)
     if path == "torch/nn/functional.py":
         return _from_functional(change, s)
     m = re.fullmatch(r"torch/nn/modules/(\w+)\.py", path)
@@ -304,17 +392,79 @@ def _from_module_source(change, s):
                                   "attributable to one ModuleInfo")
 
 
-def _from_native_functions(change, s):
+def _from_native_functions(change, s, ctx):
     path = change.path
     if change.hunks is None:
         return _full(s, f"{path} changed (file list only: any op may be affected)")
     for hunk in change.hunks:
         names = {m.group(1) for text in _touched_lines(hunk) if (m := _FUNC_LINE.match(text))}
         for name in sorted(names):
-            s.aten_ops[name].append(f"{path}: the hunk at line {hunk.new_start} edits "
-                                    f"`func: {name}`")
+            why = f"{path}: the hunk at line {hunk.new_start} edits `func: {name}`"
+            s.aten_ops[name].append(why)
+            ctx.select_dispatching(s, name, why)
         if not names:
             _full(s, f"{path}: the hunk at line {hunk.new_start} names no `func:`")
+
+
+def _from_kernel_source(change, s, ctx):
+    """A kernel file of this project: the ops its changed lines name (string
+    literals such as "mul.Tensor"), else every op the file registers; the
+    recorded tests that dispatched them, and the OpInfos of those ops. A
+    file registering no op (shared launch/layout code) selects everything."""
+    from .opmap import ops_named, ops_registered_in
+    import os
+    path = change.path
+    registered = ops_registered_in(os.path.join(ctx.project_root, path))
+    hunks = change.hunks if change.hunks is not None else [None]
+    for hunk in hunks:
+        named = ops_named(_changed(hunk)) if hunk is not None else set()
+        where = f"{path}" + (f": the hunk at line {hunk.new_start}" if hunk else "")
+        if named:
+            ops, how = named, "names"
+        elif registered:
+            ops, how = registered, "is in a file registering"
+        else:
+            return _full(s, f"{where} changes kernel code that registers no op (shared "
+                            "by every kernel)")
+        found = 0
+        for op in sorted(ops):
+            why = f"{where} {how} aten::{op}"
+            s.aten_ops[op].append(why)
+            found += ctx.select_dispatching(s, op, why)
+        if not found:
+            _full(s, f"{where}: no recorded test dispatched {', '.join(sorted(ops))}; "
+                     "nothing narrower can be justified")
+
+
+def _from_refs(change, s, ctx):
+    """torch/_refs: only the recorded tests that ran the refs the hunks
+    touch (every test that ran refs for a hunk outside a def); config files
+    the op map did not record run whole."""
+    path = change.path
+    hunks = change.hunks if change.hunks is not None else [None]
+    for hunk in hunks:
+        # defs in the header, the changed lines and the context: a hunk in a
+        # nested def (a ref maker's inner _ref) names both
+        names = set() if hunk is None else {
+            m.group(1) for text in [hunk.header] + _touched_lines(hunk)
+            if (m := _DEF.search(text))}
+        where = path + (f": the hunk at line {hunk.new_start}" if hunk else "")
+        why = (f"{where} edits torch._refs {', '.join(sorted(names))}; ran it when recorded"
+               if names else f"{where} (not one def): this test ran torch._refs when recorded")
+        ctx.select_running_refs(s, names, why)
+    recorded = set(ctx.op_map.meta.get("recorded_from", ()))
+    for entry in (ctx.config.files if ctx.config is not None else ()):
+        for file in entry.resolve():
+            rel = _relative(file, ctx.project_root)
+            if rel not in recorded:
+                s.files[file].append(f"{path} changed and the op map did not record {rel} "
+                                     "(whether its tests run refs is unknown)")
+
+
+def _relative(path, root):
+    import os
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    return rel.replace(os.sep, "/")
 
 
 def _from_functional(change, s):
