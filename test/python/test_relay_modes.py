@@ -256,5 +256,33 @@ def test_end_to_end_modes_on_an_upstream_file(tmp_path):
     assert properties["test_op_abs_spyre_float16"]["tags"] == "fake_model"
     assert properties["test_op_clone_spyre_float16"]["mode"] == "xfail"
     assert properties["test_op_clone_spyre_float16"]["op"] == "clone"
-    suite = junit if junit.tag == "testsuite" else junit.find("testsuite")
-    assert (suite.get("failures"), suite.get("tests")) == ("2", "12")
+    # one testsuite per file; the crash is an error, the strict xpass a failure
+    (suite,) = junit.findall("testsuite")
+    assert suite.get("name") == "${TORCH_ROOT}/test/test_fake_upstream.py"
+    assert (suite.get("failures"), suite.get("errors"), suite.get("tests")) == ("1", "1", "12")
+    crashed = next(c for c in junit.iter("testcase") if c.get("name") == "test_crashes_spyre")
+    assert crashed.find("error").text == "the test process died (SIGSEGV)"
+
+
+def test_failures_carry_their_whole_report(tmp_path):
+    """A mandatory test that fails: the summary and the JUnit <failure> hold
+    the whole report (the traceback and the mismatch), not just its first
+    line; xfails are <skipped> with their reason."""
+    (tmp_path / "test").mkdir()
+    config = CONFIG.replace("""        - names: [TestFake::test_fails]
+          mode: xfail""", """        - names: [TestFake::test_fails_.*]""")
+    for name in ("test_passes", "test_strict_but_passes", "test_crashes",
+                 "test_dtyped_.*", "test_op_.*"):
+        config = config.replace(f"[TestFake::{name}]", "[TestFake::nothing_matches]")
+    result, summary, junit = _run_relay(tmp_path, config)
+    (failed,) = summary["failures"]
+    assert failed["name"] == "test_fails_spyre" and failed["error"] is False
+    assert "Mismatched elements: 3 / 3" in failed["details"], failed["details"][-2000:]
+    assert "test_fake_upstream.py" in failed["details"]  # the traceback
+    assert len(failed["message"]) < len(failed["details"])
+    case = next(c for c in junit.iter("testcase") if c.get("name") == "test_fails_spyre")
+    assert "Mismatched elements: 3 / 3" in case.find("failure").text
+    (suite,) = junit.findall("testsuite")
+    assert (suite.get("failures"), suite.get("errors")) == ("1", "0")
+    assert result.returncode == 1
+

@@ -1,4 +1,4 @@
-"""The relay's JSON summary (a dashboard reads it; JUnit XML comes from pytest).
+"""The relay's JSON summary and JUnit XML (a dashboard reads them).
 
 Outcomes per test: passed, failed (including errors and the unexpected pass
 of a strict xfail), xfailed, xpassed (unexpected pass of a plain xfail) and
@@ -26,6 +26,8 @@ class Outcome:
         self.outcome = None
         self.duration = 0.0
         self.message = ""
+        self.details = ""  # a failure's whole report (traceback, mismatch)
+        self.error = False  # failed outside the test body (setup, teardown)
         self.file = self.class_name = self.name = ""
         self.info, self.mode, self.why_mode, self.why_selected = {}, None, "", ""
         self.tags = []
@@ -47,8 +49,10 @@ class Outcome:
         xfail = hasattr(report, "wasxfail")
         if report.failed:
             strict_xpass = report.when == "call" and "XPASS(strict)" in str(report.longrepr)
-            self._set("failed", "unexpected pass of a strict xfail" if strict_xpass
-                      else _first_line(report))
+            if self._set("failed", "unexpected pass of a strict xfail" if strict_xpass
+                         else _first_line(report)):
+                self.details = _full_text(report)[-MAX_DETAILS:]
+                self.error = report.when != "call"
         elif report.skipped:
             self._set("xfailed" if xfail else "skipped",
                       report.wasxfail if xfail else _skip_reason(report))
@@ -56,9 +60,11 @@ class Outcome:
             self._set("xpassed" if xfail else "passed", "")
 
     def _set(self, outcome, message):
+        """False when an earlier failure stands (a failure in any phase does)."""
         if self.outcome == "failed":
-            return  # a failure in any phase stands
+            return False
         self.outcome, self.message = outcome, message
+        return True
 
     def start_record(self):
         """What is known before the test runs (a crash leaves only this)."""
@@ -73,11 +79,21 @@ class Outcome:
                 "module": self.info.get("module"), "mode": self.mode, "tags": self.tags,
                 "outcome": self.outcome or "skipped", "duration_s": round(self.duration, 4),
                 "samples": self.counts.get("samples", 0), "message": self.message,
+                "details": self.details, "error": self.error,
                 "why_mode": self.why_mode, "why_selected": self.why_selected}
 
 
+# The tail of a failure's report kept in the summary and JUnit: where the
+# traceback ends and the mismatch is told.
+MAX_DETAILS = 20000
+
+
+def _full_text(report):
+    return getattr(report, "longreprtext", "") or str(report.longrepr)
+
+
 def _first_line(report):
-    text = getattr(report, "longreprtext", "") or str(report.longrepr)
+    text = _full_text(report)
     errors = [line[2:].strip() for line in text.splitlines() if line.startswith("E ")]
     lines = errors or text.strip().splitlines()[-1:] or [""]
     return lines[0][:500]
@@ -169,7 +185,8 @@ def crash_record(start, signal_name):
     """The record of a test whose process died: its mode decides the outcome."""
     expected = start.get("mode") in ("xfail", "xfail_strict")
     message = f"the test process died ({signal_name})"
-    return {**start, "outcome": "xfailed" if expected else "failed", "message": message}
+    return {**start, "outcome": "xfailed" if expected else "failed", "message": message,
+            "details": message, "error": True}
 
 
 def relay_exit_status(records):
@@ -178,32 +195,47 @@ def relay_exit_status(records):
 
 
 def write_junit(path, records):
-    """JUnit XML from the same records as the summary (one testsuite)."""
+    """JUnit XML from the same records as the summary: one testsuite per
+    file. A failure in the test body is a <failure>, one in its setup or
+    teardown (or a process that died) an <error>, both with the whole
+    report as text; skips and xfails are <skipped> with their reason."""
     import xml.etree.ElementTree as ET
 
-    records = sorted(records, key=lambda r: r["nodeid"])
-    counts = {k: sum(r["outcome"] == k for r in records) for k in OUTCOMES}
-    suite = ET.Element("testsuite", name="spyre-relay", tests=str(len(records)),
-                       failures=str(counts["failed"]), errors="0",
-                       skipped=str(counts["skipped"] + counts["xfailed"]),
-                       time=f"{sum(r['duration_s'] for r in records):.3f}")
-    for r in records:
-        case = ET.SubElement(suite, "testcase", classname=r["class"], name=r["name"],
-                             file=r["file"], time=f"{r['duration_s']:.3f}")
-        properties = ET.SubElement(case, "properties")
-        for key in ("op", "dtype", "module", "mode", "tags", "samples", "outcome"):
-            value = ",".join(r[key]) if key == "tags" else r.get(key)
-            if value not in (None, ""):
-                ET.SubElement(properties, "property", name=key, value=str(value))
-        if r["outcome"] == "failed":
-            ET.SubElement(case, "failure", message=r["message"]).text = r["message"]
-        elif r["outcome"] in ("skipped", "xfailed"):
-            ET.SubElement(case, "skipped", type="pytest." + (
-                "xfail" if r["outcome"] == "xfailed" else "skip"), message=r["message"])
-    tree = ET.ElementTree(ET.Element("testsuites"))
-    tree.getroot().append(suite)
+    by_file = defaultdict(list)
+    for r in sorted(records, key=lambda r: r["nodeid"]):
+        by_file[r["file"]].append(r)
+    root = ET.Element("testsuites")
+    for file, tests in sorted(by_file.items()):
+        errors = sum(r["outcome"] == "failed" and r.get("error", False) for r in tests)
+        failures = sum(r["outcome"] == "failed" for r in tests) - errors
+        skipped = sum(r["outcome"] in ("skipped", "xfailed") for r in tests)
+        suite = ET.SubElement(root, "testsuite", name=file, tests=str(len(tests)),
+                              failures=str(failures), errors=str(errors),
+                              skipped=str(skipped),
+                              time=f"{sum(r['duration_s'] for r in tests):.3f}")
+        for r in tests:
+            _junit_case(suite, r)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tree.write(path, encoding="utf-8", xml_declaration=True)
+    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _junit_case(suite, r):
+    import xml.etree.ElementTree as ET
+
+    case = ET.SubElement(suite, "testcase", classname=r["class"], name=r["name"],
+                         file=r["file"], time=f"{r['duration_s']:.3f}")
+    properties = ET.SubElement(case, "properties")
+    for key in ("op", "dtype", "module", "mode", "tags", "samples", "outcome"):
+        value = ",".join(r[key]) if key == "tags" else r.get(key)
+        if value not in (None, ""):
+            ET.SubElement(properties, "property", name=key, value=str(value))
+    if r["outcome"] == "failed":
+        kind = "error" if r.get("error", False) else "failure"
+        ET.SubElement(case, kind, message=r["message"]).text = \
+            r.get("details") or r["message"]
+    elif r["outcome"] in ("skipped", "xfailed"):
+        ET.SubElement(case, "skipped", type="pytest." + (
+            "xfail" if r["outcome"] == "xfailed" else "skip"), message=r["message"])
 
 
 def write_json(path, data):
