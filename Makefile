@@ -12,6 +12,8 @@
 #                corpus; fails on any finding
 #   make fuzz-corpus  runs `make fuzz`, then keeps the inputs that found new
 #                coverage in the corpus (commit them)
+#   make soak    a tiny transformer on spyre for SOAK_SECONDS (120): results
+#                checked, device memory and host RSS flat
 #   make relay-opmap  re-records test/relay/op_map.json (the ATen ops each
 #                test dispatches to spyre; `select --diff` reads it)
 #   make asan / make tsan / make format / make format-check / make clean
@@ -23,7 +25,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DSPYRE_WERROR=ON
 SETUP_STAMP := $(BUILD_DIR)/.setup-done
 CXX_SOURCES = $(shell git ls-files '*.cpp' '*.h' 2>/dev/null)
 
-.PHONY: all setup build python run test test-cpp test-python test-relay relay-opmap bench sweep asan tsan \
+.PHONY: all setup build python run test test-cpp test-python test-relay relay-opmap soak bench sweep asan tsan \
         fuzz fuzz-corpus format format-check clean
 
 all: build
@@ -65,6 +67,11 @@ test-relay: python
 # spyre, which `select --diff` reads (about 4 minutes).
 relay-opmap: python
 	$(PYTHON) -m torch_spyre.testing record-ops --config test/relay/spyre.yaml
+
+SOAK_SECONDS ?= 120
+soak: python
+	SPYRE_SOAK_SECONDS=$(SOAK_SECONDS) $(PYTHON) -m pytest -q -s \
+	  test/python/test_robustness.py -k soak
 
 test: format-check test-cpp test-python test-relay asan tsan fuzz
 

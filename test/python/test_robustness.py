@@ -16,6 +16,7 @@ Faults found are recorded as strict xfails whose reason names the fault.
 """
 
 import io
+import os
 import threading
 import time
 
@@ -454,7 +455,12 @@ class TinyBlock(torch.nn.Module):
         return x + self.down(torch.nn.functional.gelu(self.up(self.norm2(x))))
 
 
-def test_short_soak_of_a_tiny_transformer_keeps_memory_flat():
+# `make soak` runs this for two minutes (SPYRE_SOAK_SECONDS=120); `make test`
+# for a few seconds.
+SOAK_SECONDS = float(os.environ.get("SPYRE_SOAK_SECONDS", "8"))
+
+
+def test_soak_of_a_tiny_transformer_keeps_memory_flat():
     torch.manual_seed(0)
     model = torch.nn.Sequential(TinyBlock(), TinyBlock()).eval()
     x = torch.randn(2, 16, 64)
@@ -467,16 +473,24 @@ def test_short_soak_of_a_tiny_transformer_keeps_memory_flat():
             torch.testing.assert_close(model_s(xs).cpu(), want, rtol=2e-3, atol=2e-3)
         torch.spyre.synchronize()
         alloc0, rss0 = torch.spyre.memory_allocated(), rss_bytes()
-        deadline, n = time.monotonic() + 8.0, 0
+        start = time.monotonic()
+        deadline, n, rss_samples = start + SOAK_SECONDS, 0, []
         while time.monotonic() < deadline:
             out = model_s(xs)
             n += 1
             if n % 50 == 0:
                 torch.testing.assert_close(out.cpu(), want, rtol=2e-3, atol=2e-3)
+                rss_samples.append((time.monotonic() - start, rss_bytes()))
         torch.testing.assert_close(out.cpu(), want, rtol=2e-3, atol=2e-3)
         del out
         torch.spyre.synchronize()
     assert n >= 20, n
-    print("soak iterations:", n)
+    shown = rss_samples[::max(1, len(rss_samples) // 8)]
+    print(f"soak: {n} iterations in {SOAK_SECONDS:.0f} s; RSS growth (MiB) at",
+          ", ".join(f"{t:.0f} s: {(r - rss0) / 2**20:+.1f}" for t, r in shown))
     assert torch.spyre.memory_allocated() == alloc0
     assert rss_bytes() - rss0 < 16 << 20, (n, rss0, rss_bytes())
+    # Flat, not merely small: the second half of the run adds almost nothing.
+    half = [r for t, r in rss_samples if t >= SOAK_SECONDS / 2]
+    if half:
+        assert rss_bytes() - half[0] < 4 << 20, (half[0], rss_bytes())
