@@ -1,5 +1,6 @@
 #include "ops/launch.h"
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/record_function.h>
@@ -226,9 +227,12 @@ void launch_elementwise(std::string_view name, c10::ArrayRef<at::Tensor> inputs,
     }
     if (!operand) {
       // out runs in another memory order than any default layout (a
-      // permuted out=): lay the input out like out, through the host.
-      at::Tensor like =
-          at::empty_strided(out.sizes(), out.strides(), input.options());
+      // permuted out=): lay the input out densely in out's memory order
+      // (out's own strides may skip elements: a transposed slice), through
+      // the host.
+      at::Tensor like = at::empty_strided(
+          out.sizes(), at::infer_dense_strides(out.sizes(), out.strides()),
+          input.options());
       write_through_host(input.expand(out.sizes()), like);
       input = like;
       strides = it.strides(input, out.dim(), false);

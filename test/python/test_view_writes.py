@@ -130,6 +130,24 @@ def test_view_writes_and_reads_match_the_cpu(dtype):
         assert torch.equal(view(dev).cpu(), view(cpu))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+def test_device_values_into_transposed_slices_match_the_cpu(dtype):
+    # A transposed slice skips elements in its memory order (strides [1, 40]
+    # over 35 rows): the device source laid out like it was refused with an
+    # internal assert.
+    base = (torch.arange(9 * 40) % 97).reshape(9, 40).to(dtype)
+    for view in (lambda t: t.t()[5:, 1:], lambda t: t.t()[::3, 2:7],
+                 lambda t: t.view(3, 3, 40).permute(2, 0, 1)[1:, :, 1:]):
+        cpu, dev = base.clone(), base.to("spyre")
+        values = (torch.arange(view(cpu).numel()) % 31).reshape(view(cpu).shape).to(dtype)
+        view(cpu).copy_(values)
+        view(dev).copy_(values.to("spyre"))
+        assert torch.equal(dev.cpu(), cpu)
+        view(cpu).add_(values)
+        view(dev).add_(values.to("spyre"))
+        assert torch.equal(dev.cpu(), cpu)
+
+
 def test_a_few_bytes_into_a_large_tensor_cost_a_few_bytes():
     big = torch.zeros(64 << 20, device="spyre")  # 256 MiB
     torch.spyre.synchronize()
