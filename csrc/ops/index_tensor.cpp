@@ -25,6 +25,8 @@
 #include <ATen/ops/flip_ops.h>
 #include <ATen/ops/gather_ops.h>
 #include <ATen/ops/ge.h>
+#include <ATen/ops/gt.h>
+#include <ATen/ops/index_add.h>
 #include <ATen/ops/index_copy_ops.h>
 #include <ATen/ops/index_ops.h>
 #include <ATen/ops/index_select.h>
@@ -32,8 +34,11 @@
 #include <ATen/ops/masked_select_ops.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/nonzero.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/scatter_reduce.h>
 #include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -223,6 +228,40 @@ bool dims_adjacent(const std::vector<int64_t>& dims) {
   return dims.back() - dims.front() + 1 == static_cast<int64_t>(dims.size());
 }
 
+// How x[indices] lays out: self's dims with the indexed ones first (order),
+// rows = the indexed dims flattened, cols = the others flattened in order;
+// the result holds the indices' common shape in place of the indexed dims
+// when those are adjacent, else in front (PyTorch's rule), after `before`
+// kept dims.
+struct IndexLayout {
+  std::vector<int64_t> order, kept_sizes, shape, result_sizes;
+  int64_t rows = 1, cols = 1, count = 1, before = 0;
+};
+
+IndexLayout index_layout(const at::Tensor& self, const IndexedDims& indexed) {
+  IndexLayout out;
+  out.shape = broadcast_shape(indexed.indices);
+  out.order = indexed.dims;
+  for (int64_t d : indexed.dims) out.rows *= self.size(d);
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (std::find(out.order.begin(), out.order.end(), d) != out.order.end()) {
+      continue;
+    }
+    out.order.push_back(d);
+    out.kept_sizes.push_back(self.size(d));
+    out.cols *= self.size(d);
+  }
+  out.before = dims_adjacent(indexed.dims) ? indexed.dims.front() : 0;
+  const auto& kept = out.kept_sizes;
+  out.result_sizes.assign(kept.begin(), kept.begin() + out.before);
+  out.result_sizes.insert(out.result_sizes.end(), out.shape.begin(),
+                          out.shape.end());
+  out.result_sizes.insert(out.result_sizes.end(), kept.begin() + out.before,
+                          kept.end());
+  out.count = c10::multiply_integers(out.shape);
+  return out;
+}
+
 at::Tensor index_kernel(const at::Tensor& self, const IndexList& list) {
   if (has_mask(list) && self.is_privateuseone() &&
       has_device_dtype(self.scalar_type())) {
@@ -239,28 +278,9 @@ at::Tensor index_kernel(const at::Tensor& self, const IndexList& list) {
                                         at::_ops::index_Tensor>::call(self,
                                                                       list);
   }
-  const std::vector<int64_t> shape = broadcast_shape(indexed->indices);
-  // self's dims, indexed ones first: rows = the indexed dims flattened,
-  // cols = the others flattened (kept in order).
-  std::vector<int64_t> order = indexed->dims, kept_sizes;
-  int64_t rows = 1, cols = 1;
-  for (int64_t d : indexed->dims) rows *= self.size(d);
-  for (int64_t d = 0; d < self.dim(); ++d) {
-    if (std::find(order.begin(), order.end(), d) != order.end()) continue;
-    order.push_back(d);
-    kept_sizes.push_back(self.size(d));
-    cols *= self.size(d);
-  }
-  // The result: the indices' shape in place of the indexed dims when those
-  // are adjacent, else in front (PyTorch's rule).
-  const int64_t before =
-      dims_adjacent(indexed->dims) ? indexed->dims.front() : 0;
-  std::vector<int64_t> result_sizes(kept_sizes.begin(),
-                                    kept_sizes.begin() + before);
-  result_sizes.insert(result_sizes.end(), shape.begin(), shape.end());
-  result_sizes.insert(result_sizes.end(), kept_sizes.begin() + before,
-                      kept_sizes.end());
-  const int64_t count = c10::multiply_integers(shape);
+  const IndexLayout layout = index_layout(self, *indexed);
+  const auto& [order, kept_sizes, shape, result_sizes, rows, cols, count,
+               before] = layout;
   if (count == 0 || cols == 0) return at::empty(result_sizes, self.options());
 
   at::Tensor table = self.permute(order);
@@ -488,10 +508,92 @@ at::Tensor& flip_out_kernel(const at::Tensor& self, at::IntArrayRef dims,
   return write_result(flip_kernel(self, dims), out);
 }
 
-// x[..., idx, ...] = values with one integer index tensor (what index_copy_
-// becomes under torch.compile), written as index_copy; x[mask] = value with a
-// mask of x's shape, as a select. Other forms (several index tensors,
-// accumulate=True) take the counted CPU fallback.
+// values arranged as the rows that x[indices] = values writes: broadcast to
+// the indexing result (PyTorch's error when they cannot be), the indices'
+// dims first, as [count, cols].
+at::Tensor values_as_rows(const at::Tensor& values, const at::Tensor& self,
+                          const IndexLayout& layout) {
+  TORCH_CHECK(
+      broadcastable(layout.result_sizes, values.sizes()) &&
+          values.dim() <= static_cast<int64_t>(layout.result_sizes.size()),
+      "shape mismatch: value tensor of shape ", values.sizes(),
+      " cannot be broadcast to indexing result of shape ",
+      c10::IntArrayRef(layout.result_sizes));
+  at::Tensor rows = values.to(self.scalar_type()).expand(layout.result_sizes);
+  const int64_t n = static_cast<int64_t>(layout.shape.size());
+  if (layout.before > 0) {
+    std::vector<int64_t> indices_first;
+    for (int64_t d = 0; d < n; ++d) indices_first.push_back(layout.before + d);
+    for (int64_t d = 0; d < rows.dim(); ++d) {
+      if (d < layout.before || d >= layout.before + n) {
+        indices_first.push_back(d);
+      }
+    }
+    rows = rows.permute(indices_first);
+  }
+  return rows.reshape({layout.count, layout.cols});
+}
+
+// The flat row index of every index (flat_row_index), refusing one outside
+// its dim with PyTorch's IndexError (a single read-back of the check).
+at::Tensor checked_row_index(const at::Tensor& self, const IndexedDims& indexed,
+                             int64_t rows) {
+  const at::Tensor flat = flat_row_index(self, indexed, rows).reshape({-1});
+  TORCH_CHECK_INDEX(!at::any(at::ge(flat, rows)).item<bool>(),
+                    "index out of bounds: an index is outside its dimension "
+                    "of the indexed tensor of shape ",
+                    self.sizes());
+  return flat;
+}
+
+// x[i0, i1, ...] = values, or += with accumulate (duplicate indices then
+// summed), for integer indices on any dims. self seen as [rows, cols]
+// (index_layout): whole rows of cols > 1 elements are index_copy'd or
+// index_add'ed along dim 0; single elements (cols == 1) scattered along one
+// flat dim, with where() writing the places hit (a duplicated index then
+// takes the largest of its values: PyTorch leaves which one undefined).
+at::Tensor& put_indexed(at::Tensor& self, const IndexedDims& indexed,
+                        const at::Tensor& values, bool accumulate) {
+  const IndexLayout layout = index_layout(self, indexed);
+  const at::Tensor rows = values_as_rows(values, self, layout);
+  if (layout.count == 0 || layout.cols == 0) return self;
+  const at::Tensor flat = checked_row_index(self, indexed, layout.rows);
+  at::Tensor permuted = self.permute(layout.order);
+  const bool elements = layout.cols == 1;
+  const std::vector<int64_t> table_sizes =
+      elements ? std::vector<int64_t>{layout.rows}
+               : std::vector<int64_t>{layout.rows, layout.cols};
+  const at::Tensor source = elements ? rows.reshape({layout.count}) : rows;
+  if (accumulate) {
+    at::Tensor sum = at::zeros(table_sizes, self.options());
+    sum.index_add_(0, flat, source);
+    permuted.add_(sum.view(permuted.sizes()));
+    return self;
+  }
+  if (!elements) {
+    at::Tensor table = permuted.reshape(table_sizes);
+    table.index_copy_(0, flat, source.contiguous());
+    if (!table.is_alias_of(self)) permuted.copy_(table.view(permuted.sizes()));
+    return self;
+  }
+  const at::Tensor hit = at::gt(
+      at::zeros(table_sizes, self.options().dtype(at::kFloat))
+          .index_add_(
+              0, flat,
+              at::ones({layout.count}, self.options().dtype(at::kFloat))),
+      0);
+  const at::Tensor put =
+      at::zeros(table_sizes, self.options())
+          .scatter_reduce_(0, flat, source, "amax", /*include_self=*/false);
+  permuted.copy_(at::where(hit, put, permuted.reshape(table_sizes))
+                     .view(permuted.sizes()));
+  return self;
+}
+
+// x[..., idx, ...] = values with one int64 index tensor (what index_copy_
+// becomes under torch.compile), written in place as index_copy; x[mask] =
+// value with a mask of x's shape, as a select; other integer indices (several
+// index tensors, int32, accumulate=True) by put_indexed.
 at::Tensor& index_put_impl_(at::Tensor& self, const IndexList& list,
                             const at::Tensor& values, bool accumulate,
                             bool unsafe) {
@@ -507,7 +609,8 @@ at::Tensor& index_put_impl_(at::Tensor& self, const IndexList& list,
         &cpu_fallback, at::_ops::_index_put_impl_>::call(self, list, values,
                                                          accumulate, unsafe);
   };
-  if (accumulate || dims.empty() || !values.is_privateuseone()) {
+  if (dims.empty() || !values.is_privateuseone() ||
+      !has_device_dtype(self.scalar_type())) {
     return fallback();
   }
   const int64_t d = dims[0];
@@ -525,8 +628,12 @@ at::Tensor& index_put_impl_(at::Tensor& self, const IndexList& list,
     if (!expanded) return fallback();
     return index_put_impl_(self, *expanded, values, accumulate, unsafe);
   }
-  if (dims.size() != 1) return fallback();
-  if (index.scalar_type() != at::kLong || index.dim() != 1) return fallback();
+  if (accumulate || dims.size() != 1 || index.scalar_type() != at::kLong ||
+      index.dim() != 1) {
+    std::optional<IndexedDims> indexed = integer_indices(self, list);
+    if (!indexed) return fallback();
+    return put_indexed(self, *indexed, values, accumulate);
+  }
   // Negative indices count from the end, as in Python (index_copy would
   // refuse them).
   const at::Tensor wrapped = counted_from_the_end(index, self.size(d));
