@@ -178,6 +178,20 @@ def test_chunked_prefill_and_prefix_caching_as_scheduled(llama_dir):
     assert stats["prefix_cached_tokens"] >= 32
 
 
+def cpu_sample(logits, params, generator, min_p=0.0):
+    """vLLM's choice from processed ``logits [vocab]`` on the CPU: greedy the
+    argmax, else divided by the temperature, cut by min_p (vLLM's
+    MinPLogitsProcessor: below ``min_p`` times the top probability) and drawn
+    by the host sampler's ``draw``."""
+    if sampler.is_greedy(params):
+        return int(torch.argmax(logits))
+    logits = logits / params.temperature
+    if min_p:
+        probs = torch.softmax(logits, dim=-1)
+        logits = logits.masked_fill(probs < probs.max() * min_p, float("-inf"))
+    return sampler.draw(logits, params, generator)
+
+
 def cpu_sampled(model, prompt, params, new_tokens=NEW_TOKENS):
     """The tokens the host sampler draws from the CPU model's logits."""
     generator = sampler.make_generator(params)
@@ -185,7 +199,7 @@ def cpu_sampled(model, prompt, params, new_tokens=NEW_TOKENS):
     with torch.no_grad():
         for _ in range(new_tokens):
             logits = model(torch.tensor([ids])).logits[0, -1].float()
-            ids.append(sampler.sample(logits, params, generator))
+            ids.append(cpu_sample(logits, params, generator))
     return ids[len(prompt):]
 
 
@@ -214,9 +228,6 @@ def test_seeded_sampling_is_reproducible_and_equals_the_cpu(llama_dir):
 def test_unsupported_sampling_is_refused_with_a_clear_error(llama_dir):
     llm = make_llm(llama_dir)
     try:
-        with pytest.raises(ValueError, match="spyre: not supported yet.*min_p"):
-            llm.generate([TokensPrompt(prompt_token_ids=[5, 6])],
-                         SamplingParams(max_tokens=2, min_p=0.1), use_tqdm=False)
         # Logprobs of chosen tokens (vLLM's scoring) are not computed yet.
         with pytest.raises(ValueError, match="spyre: not supported yet.*logprob_token_ids"):
             llm.generate([TokensPrompt(prompt_token_ids=[5, 6])],
@@ -226,6 +237,186 @@ def test_unsupported_sampling_is_refused_with_a_clear_error(llama_dir):
             cpu_model(llama_dir), [[5, 6]], 2)
     finally:
         close(llm)
+
+
+# --- vLLM's logits processors, allowed tokens, bad words, structured outputs ----
+
+EOS = 2  # the tiny models' end of sequence (tiny_models.py)
+
+
+def cpu_processed_greedy(model, prompt, adjust, new_tokens=NEW_TOKENS, stop=None):
+    """Greedy tokens of the CPU model with ``adjust(logits, output)`` applied
+    to each step's logits (float32, [vocab]); ends after ``stop``."""
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            logits = model(torch.tensor([ids])).logits[0, -1].float()
+            token = int(torch.argmax(adjust(logits.clone(), ids[len(prompt):])))
+            ids.append(token)
+            if token == stop:
+                break
+    return ids[len(prompt):]
+
+
+def banned_except(allowed):
+    def adjust(logits, output):
+        keep = torch.full_like(logits, float("-inf"))
+        keep[allowed] = 0.0
+        return logits + keep
+    return adjust
+
+
+def test_logit_bias_allowed_tokens_bad_words_and_min_tokens_equal_vllm_on_the_cpu(llama_dir):
+    # One batch: each request with one of them (and one without), greedy,
+    # against the CPU model's logits adjusted as vLLM 0.32.0 specifies.
+    from vllm.v1.sample.ops.bad_words import apply_bad_words
+
+    prompt = prompts_of([6], seed=5)[0]
+    model = cpu_model(llama_dir)
+    plain = cpu_greedy(model, [prompt])[0]
+    bias = {plain[1] + 1: 40.0, plain[0]: -40.0}
+    allowed = [10, 11, 12, plain[2]]
+    bad = [[plain[1]], [plain[2], plain[3]]]  # a word of one token, one of two
+
+    def biased(logits, output):
+        for token, value in bias.items():
+            logits[token] += value
+        return logits
+
+    def without_bad_words(logits, output):
+        view = logits.view(1, -1)
+        apply_bad_words(view, {0: bad}, [output])
+        return view[0]
+
+    def min_three_then_eos(logits, output):
+        logits[EOS] += 100.0  # logit_bias of the request
+        if len(output) < 3:
+            logits[EOS] = float("-inf")
+        return logits
+
+    cases = [
+        (dict(ignore_eos=True), lambda logits, output: logits, None),
+        (dict(ignore_eos=True, logit_bias=bias), biased, None),
+        (dict(ignore_eos=True, allowed_token_ids=allowed), banned_except(allowed), None),
+        (dict(ignore_eos=True, bad_words=[" ".join(f"t{t}" for t in w) for w in bad]),
+         without_bad_words, None),
+        (dict(min_tokens=3, logit_bias={EOS: 100.0}), min_three_then_eos, EOS),
+    ]
+    want = [cpu_processed_greedy(model, prompt, adjust, stop=stop) for _, adjust, stop in cases]
+    assert want[0] == plain
+    assert all(w != plain for w in want[1:])  # each changes the tokens
+    assert want[-1] == plain[:3] + [EOS]
+    llm = make_llm(llama_dir)
+    try:
+        got = spyre_generate(llm, [prompt] * len(cases),
+                             [SamplingParams(temperature=0, max_tokens=NEW_TOKENS, **kw)
+                              for kw, _, _ in cases])
+    finally:
+        close(llm)
+    assert got == want
+
+
+def test_seeded_sampling_with_min_p_and_logit_bias_equals_the_cpu(llama_dir):
+    prompts = prompts_of([4, 13], seed=6)
+    bias = {7: 3.0, 8: 2.0}
+    params = [SamplingParams(temperature=1.5, min_p=0.2, seed=40 + i, max_tokens=NEW_TOKENS,
+                             ignore_eos=True, logit_bias=bias if i else None)
+              for i in range(2)]
+    model = cpu_model(llama_dir)
+
+    def cpu_min_p(prompt, p):
+        generator = sampler.make_generator(p)
+        ids = list(prompt)
+        with torch.no_grad():
+            for _ in range(NEW_TOKENS):
+                logits = model(torch.tensor([ids])).logits[0, -1].float()
+                for token, value in (p.logit_bias or {}).items():
+                    logits[token] += value
+                ids.append(cpu_sample(logits, p, generator, min_p=p.min_p))
+        return ids[len(prompt):]
+
+    want = [cpu_min_p(p, s) for p, s in zip(prompts, params)]
+    unfiltered = [cpu_sampled(model, p, SamplingParams(temperature=1.5, seed=40 + i))
+                  for i, p in enumerate(prompts)]
+    assert want != unfiltered  # min_p changes the draws
+    llm = make_llm(llama_dir)
+    try:
+        got = spyre_generate(llm, prompts, params)
+    finally:
+        close(llm)
+    assert got == want
+
+
+def test_structured_outputs_constrain_tokens_as_the_grammar_allows(llama_dir):
+    # The word-level tiny tokenizer: each token is its own word t<id>, so a
+    # regex over words allows exactly those tokens (and the end of sequence
+    # once the grammar may stop).
+    from vllm.sampling_params import StructuredOutputsParams
+
+    prompt = prompts_of([5], seed=7)[0]
+    model = cpu_model(llama_dir)
+    regex = [5, 6]
+
+    def regex_allows(logits, output):
+        return banned_except(regex + ([EOS] if output else []))(logits, output)
+
+    def choice_allows(logits, output):
+        return banned_except([EOS] if output else [7, 9])(logits, output)
+
+    want = [cpu_processed_greedy(model, prompt, regex_allows, stop=EOS),
+            cpu_processed_greedy(model, prompt, choice_allows, stop=EOS),
+            cpu_greedy(model, [prompt])[0]]
+    llm = make_llm(llama_dir)
+    try:
+        got = spyre_generate(llm, [prompt] * 3, [
+            SamplingParams(temperature=0, max_tokens=NEW_TOKENS,
+                           structured_outputs=StructuredOutputsParams(regex="(t5|t6)+")),
+            SamplingParams(temperature=0, max_tokens=NEW_TOKENS,
+                           structured_outputs=StructuredOutputsParams(choice=["t7", "t9"])),
+            greedy()])
+    finally:
+        close(llm)
+    assert got == want
+    assert set(got[0]) <= {5, 6, EOS} and got[1] in ([7, EOS], [9, EOS])
+
+
+def test_custom_logits_processors_run_on_the_device(llama_dir):
+    # vLLM's extension point for logits processors (LLM(logits_processors=
+    # [...])): one that keeps even tokens for the requests asking for it.
+    from vllm.v1.sample.logits_processor import LogitsProcessor
+    from vllm.v1.sample.logits_processor.builtin import process_dict_updates
+
+    class EvenTokensOnly(LogitsProcessor):
+        def __init__(self, vllm_config, device, is_pin_memory):
+            self.rows = {}
+
+        def is_argmax_invariant(self):
+            return False
+
+        def update_state(self, batch_update):
+            process_dict_updates(
+                self.rows, batch_update,
+                lambda params, _, __: True if (params.extra_args or {}).get("even") else None)
+
+        def apply(self, logits):
+            for row in self.rows:
+                logits[row, 1::2] = float("-inf")
+            return logits
+
+    prompts = prompts_of([3, 9], seed=8)
+    model = cpu_model(llama_dir)
+    evens = list(range(0, 512, 2))
+    want = [cpu_processed_greedy(model, prompts[0], banned_except(evens)),
+            cpu_greedy(model, prompts[1:])[0]]
+    llm = make_llm(llama_dir, logits_processors=[EvenTokensOnly])
+    try:
+        got = spyre_generate(llm, prompts, [
+            SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True,
+                           extra_args={"even": True}), greedy()])
+    finally:
+        close(llm)
+    assert got == want
+    assert all(t % 2 == 0 for t in got[0]) and any(t % 2 for t in got[1])
 
 
 # --- penalties and logprobs ------------------------------------------------------
@@ -314,7 +505,7 @@ def cpu_penalized_sampled(model, prompt, params, new_tokens=NEW_TOKENS):
                                      torch.tensor([params.presence_penalty]),
                                      torch.tensor([params.frequency_penalty]),
                                      torch.tensor([params.repetition_penalty]))
-            ids.append(sampler.sample(logits[0], params, generator))
+            ids.append(cpu_sample(logits[0], params, generator))
     return ids[len(prompt):]
 
 

@@ -140,11 +140,25 @@ def test_malformed_and_unsupported_requests_get_a_4xx_and_the_server_keeps_servi
         client.completions.create(model="tiny", prompt="t5", max_tokens=1000)
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="no-such-model", prompt="t5", max_tokens=2)
-    with pytest.raises(openai.BadRequestError, match="spyre: not supported yet.*logit_bias"):
+    with pytest.raises(openai.BadRequestError, match="out-of-vocab"):  # vocabulary of 512
         client.completions.create(model="tiny", prompt="t5", max_tokens=2,
-                                  logit_bias={"7": 5.0})
+                                  logit_bias={"9999": 5.0})
+    with pytest.raises(openai.BadRequestError):  # a regex that does not compile
+        client.completions.create(model="tiny", prompt="t5", max_tokens=2,
+                                  extra_body={"structured_outputs": {"regex": "(t5"}})
     out = client.completions.create(model="tiny", prompt="t9 t10", max_tokens=3, **GREEDY)
     assert token_ids(out.choices[0]) == cpu_greedy(path, [9, 10], 3)
+
+
+def test_logit_bias_and_structured_outputs_through_the_api(server):
+    client, path = server
+    plain = cpu_greedy(path, [21, 22], 2)
+    out = client.completions.create(model="tiny", prompt="t21 t22", max_tokens=2,
+                                    logit_bias={str(plain[0] + 1): 100.0}, **GREEDY)
+    assert token_ids(out.choices[0]) == [plain[0] + 1] * 2
+    out = client.completions.create(model="tiny", prompt="t21 t22", max_tokens=4, temperature=0,
+                                    extra_body={"structured_outputs": {"choice": ["t7", "t9"]}})
+    assert out.choices[0].text.strip() in ("t7", "t9") and out.choices[0].finish_reason == "stop"
 
 
 def test_completion_with_repetition_penalty_and_logprobs(server):

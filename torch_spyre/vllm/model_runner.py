@@ -32,8 +32,10 @@ logger = init_logger("vllm.spyre." + __name__.rsplit(".", 1)[-1])
 @dataclass
 class RequestState:
     req_id: str
-    token_ids: list[int]  # prompt, then the tokens sampled so far
-    num_prompt_tokens: int
+    prompt_token_ids: list[int]
+    # The tokens sampled so far: this list itself, for the logits
+    # processors keep a reference to it (sampler.SampledRow).
+    output_token_ids: list[int]
     block_ids: list[int]
     num_computed_tokens: int
     sampling_params: object
@@ -42,6 +44,33 @@ class RequestState:
     # the rows computed so far (vLLM's LogprobsTensors, on the host).
     prompt_logprobs_pending: bool = False
     prompt_logprobs_cpu: object = None
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    def tokens(self, start: int, end: int) -> list[int]:
+        """The known tokens ``start .. end`` (prompt, then output)."""
+        return (self.prompt_token_ids + self.output_token_ids)[start:end]
+
+    def sampled_row(self):
+        return sampler.SampledRow(self.req_id, self.sampling_params, self.generator,
+                                  self.prompt_token_ids, self.output_token_ids)
+
+
+@dataclass
+class PendingStep:
+    """A step whose model has run and whose tokens are still to sample
+    (``execute_model``, then ``sample_tokens`` with the grammar's bitmask)."""
+    req_ids: list[str]
+    logits: torch.Tensor  # [sampled + prompt logprob rows, vocab], on the device
+    sampled_reqs: list[str]
+    prompt_plan: list
+    started: float
 
 
 class SpyreModelRunner:
@@ -62,6 +91,8 @@ class SpyreModelRunner:
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.num_blocks = 0
         self.requests: dict[str, RequestState] = {}
+        self.sampler = sampler.Sampler(vllm_config, device)
+        self.pending: PendingStep | None = None
         # steps run, tokens computed, host seconds in the model, prompt chunks
         # that left the prompt unfinished (chunked prefill), prompt tokens found
         # in the prefix cache (not computed).
@@ -141,8 +172,8 @@ class SpyreModelRunner:
             if len(new.block_ids) != 1:
                 raise NotImplementedError("spyre: one KV cache group is supported")
             self.requests[new.req_id] = RequestState(
-                req_id=new.req_id, token_ids=list(new.prompt_token_ids),
-                num_prompt_tokens=len(new.prompt_token_ids), block_ids=list(new.block_ids[0]),
+                req_id=new.req_id, prompt_token_ids=list(new.prompt_token_ids),
+                output_token_ids=[], block_ids=list(new.block_ids[0]),
                 num_computed_tokens=new.num_computed_tokens,
                 sampling_params=new.sampling_params,
                 generator=sampler.make_generator(new.sampling_params),
@@ -154,8 +185,7 @@ class SpyreModelRunner:
             state = self.requests[req_id]
             state.num_computed_tokens = cached.num_computed_tokens[i]
             # Tokens the scheduler dropped (e.g. a failed KV load) are dropped here too.
-            keep = state.num_prompt_tokens + cached.num_output_tokens[i]
-            del state.token_ids[keep:]
+            del state.output_token_ids[cached.num_output_tokens[i]:]
             new_blocks = cached.new_block_ids[i]
             if req_id in cached.resumed_req_ids:
                 state.block_ids = list(new_blocks[0])
@@ -184,9 +214,9 @@ class SpyreModelRunner:
             state = self.requests[req_id]
             start = state.num_computed_tokens
             end = start + n
-            if end > len(state.token_ids):
+            if end > state.num_tokens:
                 raise RuntimeError(f"spyre: request {req_id} scheduled up to token {end} but "
-                                   f"only {len(state.token_ids)} are known")
+                                   f"only {state.num_tokens} are known")
             if state.prompt_logprobs_pending:
                 # As vLLM's GPU model runner: the logits at positions start..
                 # give the logprobs of the prompt tokens start+1..; the last
@@ -197,10 +227,10 @@ class SpyreModelRunner:
                 prompt_plan.append((req_id, start, max(num_logits, 0), len(prompt_rows),
                                     n > remaining))
                 prompt_rows.extend(range(first, first + max(num_logits, 0)))
-            ids.extend(state.token_ids[start:end])
+            ids.extend(state.tokens(start, end))
             positions.extend(range(start, end))
             steps.append((n, end, state.block_ids))
-            if end == len(state.token_ids):
+            if end == state.num_tokens:
                 sample_rows.append(len(ids) - 1)
                 sampled_reqs.append(req_id)
             elif end < state.num_prompt_tokens:
@@ -215,9 +245,13 @@ class SpyreModelRunner:
 
     @torch.no_grad()
     def execute_model(self, out):
-        from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
+        """Runs the model on the step's tokens and returns None: the tokens
+        are sampled by ``sample_tokens`` (vLLM's engine calls it next, with
+        the structured-output bitmask of the step)."""
+        from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
 
         self._update_requests(out)
+        self.pending = None
         if out.total_num_scheduled_tokens == 0:
             return EMPTY_MODEL_RUNNER_OUTPUT
         started = time.perf_counter()
@@ -227,46 +261,69 @@ class SpyreModelRunner:
             logits_to_keep = logit_rows if logit_rows.numel() else 1
             result = self.model(input_ids=input_ids, position_ids=position_ids,
                                 logits_to_keep=logits_to_keep, use_cache=False)
-        req_ids = list(out.num_scheduled_tokens)
-        req_id_to_index = {r: i for i, r in enumerate(req_ids)}
-        logits = result.logits[0]  # [sampled + prompt logprob rows, vocab], on the device
-        sampled, logprobs = {}, None
-        if sampled_reqs:
-            sampled, logprobs = self._sample(logits[:len(sampled_reqs)], sampled_reqs,
-                                             req_id_to_index)
-        prompt_logprobs = self._prompt_logprobs(logits, len(sampled_reqs), prompt_plan)
+        self.pending = PendingStep(req_ids=list(out.num_scheduled_tokens),
+                                   logits=result.logits[0], sampled_reqs=sampled_reqs,
+                                   prompt_plan=prompt_plan, started=started)
         self.stats["steps"] += 1
         self.stats["tokens"] += out.total_num_scheduled_tokens
-        self.stats["model_seconds"] += time.perf_counter() - started
-        return ModelRunnerOutput(req_ids=req_ids, req_id_to_index=req_id_to_index,
-                                 sampled_token_ids=[sampled.get(r, []) for r in req_ids],
+        return None
+
+    @torch.no_grad()
+    def sample_tokens(self, grammar_output):
+        """The tokens of the step ``execute_model`` ran, ``grammar_output``
+        (vLLM's GrammarOutput, or None) constraining the requests with
+        structured outputs."""
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        step, self.pending = self.pending, None
+        if step is None:
+            raise RuntimeError("spyre: sample_tokens without a step run by execute_model")
+        req_id_to_index = {r: i for i, r in enumerate(step.req_ids)}
+        sampled, logprobs = {}, None
+        if step.sampled_reqs:
+            sampled, logprobs = self._sample(step.logits[:len(step.sampled_reqs)],
+                                             step.sampled_reqs, req_id_to_index, grammar_output)
+        prompt_logprobs = self._prompt_logprobs(step.logits, len(step.sampled_reqs),
+                                                step.prompt_plan)
+        self.stats["model_seconds"] += time.perf_counter() - step.started
+        return ModelRunnerOutput(req_ids=step.req_ids, req_id_to_index=req_id_to_index,
+                                 sampled_token_ids=[sampled.get(r, []) for r in step.req_ids],
                                  logprobs=logprobs, prompt_logprobs_dict=prompt_logprobs)
 
-    def _sample(self, logits, sampled_reqs, req_id_to_index):
-        """One token per request from its row of ``logits`` (on the device):
-        logprobs of the raw logits and penalties on the device, the choice
-        on the host. Returns ``({req_id: [token]}, LogprobsLists or None)``."""
+    def _banned_tokens(self, rows, vocab, grammar_output):
+        """Step 2 of the sampler: the tokens the grammar or ``allowed_token_ids``
+        ban, ``[rows, vocab]`` booleans on the host (None: none)."""
+        banned = sampler.allowed_token_mask(rows, vocab)
+        if grammar_output is None:
+            return banned
+        if banned is None:
+            banned = np.zeros((len(rows), vocab), dtype=bool)
+        index = {row.req_id: i for i, row in enumerate(rows)}
+        grammar = sampler.grammar_mask(grammar_output.grammar_bitmask, vocab)
+        for k, req_id in enumerate(grammar_output.structured_output_request_ids):
+            if req_id in index:
+                banned[index[req_id]] |= grammar[k]
+        return banned
+
+    def _sample(self, logits, sampled_reqs, req_id_to_index, grammar_output):
+        """One token per request from its row of ``logits`` (on the device),
+        as ``sampler.py`` describes. Returns ``({req_id: [token]},
+        LogprobsLists or None)``."""
         from vllm.v1.outputs import LogprobsLists
 
-        states = [self.requests[r] for r in sampled_reqs]
-        params = [s.sampling_params for s in states]
+        rows = [self.requests[r].sampled_row() for r in sampled_reqs]
         logits = logits.to(torch.float32)
         vocab = logits.shape[-1]
-        want = [p.logprobs for p in params if p is not None and p.logprobs is not None]
+        want = [r.params.logprobs for r in rows
+                if r.params is not None and r.params.logprobs is not None]
         raw = (sampler.compute_logprobs(logits, self.model_config.logprobs_mode)
                if want else None)
-        if any(sampler.has_penalties(p) for p in params):
-            use = [sampler.has_penalties(p) for p in params]
-            logits = sampler.apply_penalties(
-                logits, [p if u else None for p, u in zip(params, use)],
-                [s.token_ids[:s.num_prompt_tokens] if u else [] for s, u in zip(states, use)],
-                [s.token_ids[s.num_prompt_tokens:] if u else [] for s, u in zip(states, use)])
-        host = logits.to("cpu")
-        tokens = []
-        for row, state in enumerate(states):
-            token = sampler.sample(host[row], state.sampling_params, state.generator)
-            state.token_ids.append(token)
-            tokens.append(token)
+        banned = self._banned_tokens(rows, vocab, grammar_output)
+        logits = self.sampler.process(
+            logits, rows, None if banned is None else torch.from_numpy(banned))
+        tokens = self.sampler.choose(logits, rows)
+        for row, token in zip(rows, tokens):
+            row.output_token_ids.append(token)
         sampled = {r: [t] for r, t in zip(sampled_reqs, tokens)}
         if not want:
             return sampled, None
@@ -301,7 +358,7 @@ class SpyreModelRunner:
                 row = first_row + offset
                 scores = sampler.compute_logprobs(logits[row:row + num_logits],
                                                   self.model_config.logprobs_mode)
-                targets = torch.tensor(state.token_ids[start + 1:start + 1 + num_logits],
+                targets = torch.tensor(state.tokens(start + 1, start + 1 + num_logits),
                                        dtype=torch.int64).to(logits.device)
                 ids, values, ranks = sampler.gather_logprobs(scores, k, targets)
                 cpu = state.prompt_logprobs_cpu

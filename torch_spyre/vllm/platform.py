@@ -125,8 +125,8 @@ class SpyrePlatform(Platform):
         # and worker processes start with spawn.
         os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
 
-        # The worker returns its sampled tokens from execute_model: no
-        # overlapped (async) scheduling.
+        # The worker samples a step's tokens before the next step is
+        # scheduled: no overlapped (async) scheduling.
         vllm_config.scheduler_config.async_scheduling = False
 
         # The model runner runs the model itself (eager, through
@@ -162,9 +162,8 @@ class SpyrePlatform(Platform):
     @classmethod
     def validate_request(cls, processed_inputs, params) -> None:
         """Refuses, per request, the sampling features the sampler does not
-        implement (it does greedy, temperature, top-k, top-p, per-request
-        seeds, presence/frequency/repetition penalties, logprobs and
-        prompt_logprobs)."""
+        implement (it does all of vLLM's but the logprobs of chosen tokens:
+        sampler.py)."""
         from vllm.sampling_params import SamplingParams
 
         if not isinstance(params, SamplingParams):
@@ -174,18 +173,6 @@ class SpyrePlatform(Platform):
             unsupported.append("logprob_token_ids")
         if getattr(params, "prompt_logprob_token_ids", None) is not None:
             unsupported.append("prompt_logprob_token_ids")
-        if params.min_p:
-            unsupported.append("min_p")
-        if params.min_tokens:
-            unsupported.append("min_tokens")
-        if params.logit_bias:
-            unsupported.append("logit_bias")
-        if params.allowed_token_ids:
-            unsupported.append("allowed_token_ids")
-        if params.bad_words:
-            unsupported.append("bad_words")
-        if params.structured_outputs is not None:
-            unsupported.append("structured outputs")
         if unsupported:
             raise UnsupportedRequest("spyre: not supported yet by the vLLM spyre platform: "
                                      + ", ".join(unsupported),

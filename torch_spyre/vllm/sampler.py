@@ -1,32 +1,41 @@
-"""Sampling from the logits of the step's last tokens.
+"""Sampling from the logits of the step's last tokens, in vLLM 0.32.0's order
+(``vllm/v1/sample/sampler.py``), on the device (``spyre``) but for the draw:
 
-The penalties and the logprobs are tensor math on the device (``spyre``):
+1. logprobs, as vLLM's ``Sampler`` returns them with its default
+   ``logprobs_mode="raw_logprobs"``: ``log_softmax`` of the model's own logits
+   (before anything below), the top-k (``topk``) after the chosen token's own
+   logprob (``gather``) and its rank (the count of tokens with a logprob at
+   least as large). ``raw_logits`` returns the logits themselves.
+2. the structured-output grammar's bitmask and ``allowed_token_ids``: one
+   mask of the tokens each row may not take, set to ``-inf``.
+3. ``bad_words`` (vLLM's own ``apply_bad_words``: a word's last token is
+   banned when the output ends with the rest of the word).
+4. vLLM's logits processors that can change the greedy choice: its built-in
+   ``min_tokens`` (stop tokens banned until the output is long enough) and
+   ``logit_bias``, and any custom ones the model config names
+   (``LLM(logits_processors=[...])``), each told of the batch through vLLM's
+   ``BatchUpdate`` as vLLM's input batch tells them.
+5. presence, frequency and repetition penalties as vLLM applies them
+   (``vllm/model_executor/layers/utils.py::apply_penalties``): the
+   repetition penalty divides the positive logits (multiplies the negative
+   ones) of every token seen in the prompt or the output; the frequency
+   penalty subtracts ``penalty * count`` and the presence penalty
+   ``penalty * (count > 0)`` over the output tokens only. The counts are a
+   bincount on the device (``index_add_`` of ones at ``row * (vocab + 1) +
+   token``, the pad token ``vocab`` falling in a column that is cut off), as
+   vLLM's ``scatter_add_`` (which has no spyre kernel).
+6. greedy rows (temperature 0) take the ``argmax`` (as transformers' greedy
+   ``generate``); the others are divided by their temperature and pass the
+   processors that cannot change the greedy choice (vLLM's ``min_p``, custom
+   ones), then, on the host, are cut to top-k and top-p and one token is
+   drawn with ``torch.multinomial``: from the request's own generator when
+   it has a seed (so a seeded request draws the same tokens whatever else is
+   in the batch), else from torch's default CPU generator.
 
-* presence, frequency and repetition penalties as vLLM 0.32.0 applies them
-  (``vllm/model_executor/layers/utils.py::apply_penalties``): the repetition
-  penalty divides the positive logits (multiplies the negative ones) of every
-  token seen in the prompt or the output; the frequency penalty subtracts
-  ``penalty * count`` and the presence penalty ``penalty * (count > 0)`` over
-  the output tokens only. The counts are a bincount on the device
-  (``index_add_`` of ones at ``row * (vocab + 1) + token``, the pad token
-  ``vocab`` falling in a column that is cut off), as vLLM's ``scatter_add_``
-  (which has no spyre kernel).
-* logprobs as vLLM's ``Sampler`` returns them with its default
-  ``logprobs_mode="raw_logprobs"``: ``log_softmax`` of the model's own logits
-  (before penalties and temperature), the top-k (``topk``) after the chosen
-  token's own logprob (``gather``) and its rank (the count of tokens with a
-  logprob at least as large). ``raw_logits`` returns the logits themselves.
-
-The token is then chosen on the host from the penalized logits:
-greedy (temperature 0) is ``argmax``, as transformers' greedy ``generate``.
-Otherwise the logits are divided by the temperature, cut to top-k and top-p,
-and one token is drawn with ``torch.multinomial``: from the request's own
-generator when it has a seed (so a seeded request draws the same tokens
-whatever else is in the batch), else from torch's default CPU generator.
-The other sampling parameters are refused per request by
-``SpyrePlatform.validate_request``.
+The sampling parameters still refused are in ``SpyrePlatform.validate_request``.
 """
 
+import numpy as np
 import torch
 
 # The logprobs_mode values this sampler returns (vLLM's default first).
@@ -35,19 +44,21 @@ LOGPROBS_MODES = ("raw_logprobs", "raw_logits")
 _GREEDY_EPS = 1e-5
 
 
+def is_greedy(params) -> bool:
+    return params is None or params.temperature < _GREEDY_EPS
+
+
 def make_generator(params) -> torch.Generator | None:
-    if params is None or params.seed is None or params.temperature < _GREEDY_EPS:
+    if params is None or params.seed is None or is_greedy(params):
         return None
     generator = torch.Generator(device="cpu")
     generator.manual_seed(params.seed)
     return generator
 
 
-def sample(logits: torch.Tensor, params, generator: torch.Generator | None) -> int:
-    """One token from ``logits [vocab]`` (float32, on the CPU)."""
-    if params is None or params.temperature < _GREEDY_EPS:
-        return int(torch.argmax(logits))
-    logits = logits / params.temperature
+def draw(logits: torch.Tensor, params, generator: torch.Generator | None) -> int:
+    """One token from ``logits [vocab]`` (float32, on the CPU) already divided
+    by the temperature: top-k, top-p, then a draw."""
     top_k = params.top_k if params.top_k and params.top_k > 0 else 0
     if top_k and top_k < logits.numel():
         kth = torch.topk(logits, top_k).values[-1]
@@ -61,6 +72,119 @@ def sample(logits: torch.Tensor, params, generator: torch.Generator | None) -> i
         logits = torch.empty_like(logits).scatter_(0, order, sorted_logits)
     probs = torch.softmax(logits, dim=-1)
     return int(torch.multinomial(probs, 1, generator=generator))
+
+
+class SampledRow:
+    """What the sampler needs of one request: its parameters, generator and
+    tokens (``output_token_ids`` the request's own live list, which vLLM's
+    logits processors keep a reference to)."""
+
+    __slots__ = ("req_id", "params", "generator", "prompt_token_ids", "output_token_ids")
+
+    def __init__(self, req_id, params, generator, prompt_token_ids, output_token_ids):
+        self.req_id = req_id
+        self.params = params
+        self.generator = generator
+        self.prompt_token_ids = prompt_token_ids
+        self.output_token_ids = output_token_ids
+
+
+class Sampler:
+    """Steps 2 to 6 above for the rows of one step; the logits processors
+    keep their state across steps, row ``i`` of the step being their batch
+    index ``i``."""
+
+    def __init__(self, vllm_config, device: torch.device):
+        from vllm.v1.sample.logits_processor import build_logitsprocs
+
+        self.device = device
+        self.processors = build_logitsprocs(
+            vllm_config, device, is_pin_memory=False, is_pooling_model=False,
+            custom_logitsprocs=vllm_config.model_config.logits_processors or ())
+        self._batch: list[str] = []  # the request at each batch index last step
+
+    def _update_processors(self, rows: list[SampledRow]):
+        """Tells the processors which request is at each index now (vLLM's
+        ``BatchUpdate``: a request added at an index replaces the one there;
+        removed are the indices past the batch)."""
+        from vllm.v1.sample.logits_processor import BatchUpdate
+
+        ids = [row.req_id for row in rows]
+        changed = [i for i, req_id in enumerate(ids)
+                   if i >= len(self._batch) or self._batch[i] != req_id]
+        gone = list(range(len(ids), len(self._batch)))
+        if not changed and not gone and len(ids) == len(self._batch):
+            update = None
+        else:
+            update = BatchUpdate(
+                batch_size=len(ids), removed=gone, moved=[],
+                added=[(i, rows[i].params, rows[i].prompt_token_ids,
+                        rows[i].output_token_ids) for i in changed])
+        for processor in self.processors.all:
+            processor.update_state(update)
+        self._batch = ids
+
+    def process(self, logits: torch.Tensor, rows: list[SampledRow],
+                banned: torch.Tensor | None = None) -> torch.Tensor:
+        """Steps 2 to 5 on ``logits [rows, vocab]`` (float32, on the device):
+        ``banned`` the host mask of step 2 (or None). Returns new logits."""
+        from vllm.v1.sample.ops.bad_words import apply_bad_words
+
+        self._update_processors(rows)
+        logits = logits.clone()
+        if banned is not None:
+            logits.masked_fill_(banned.to(self.device), float("-inf"))
+        bad_words = {i: row.params.bad_words_token_ids for i, row in enumerate(rows)
+                     if row.params is not None and row.params.bad_words_token_ids}
+        if bad_words:
+            apply_bad_words(logits, bad_words, [row.output_token_ids for row in rows])
+        for processor in self.processors.non_argmax_invariant:
+            logits = processor.apply(logits)
+        use = [has_penalties(row.params) for row in rows]
+        if any(use):
+            logits = apply_penalties(
+                logits, [row.params if u else None for row, u in zip(rows, use)],
+                [row.prompt_token_ids if u else [] for row, u in zip(rows, use)],
+                [row.output_token_ids if u else [] for row, u in zip(rows, use)])
+        return logits
+
+    def choose(self, logits: torch.Tensor, rows: list[SampledRow]) -> list[int]:
+        """Step 6: one token per row of the processed ``logits``."""
+        greedy = [is_greedy(row.params) for row in rows]
+        host = logits.to("cpu")
+        if not all(greedy):
+            temperature = torch.tensor(
+                [1.0 if g else row.params.temperature for g, row in zip(greedy, rows)],
+                dtype=torch.float32).view(-1, 1).to(self.device)
+            scaled = logits / temperature
+            for processor in self.processors.argmax_invariant:
+                scaled = processor.apply(scaled)
+            scaled = scaled.to("cpu")
+        return [int(torch.argmax(host[i])) if g else draw(scaled[i], row.params, row.generator)
+                for i, (g, row) in enumerate(zip(greedy, rows))]
+
+
+def allowed_token_mask(rows: list[SampledRow], vocab: int) -> np.ndarray | None:
+    """``[rows, vocab]`` True where ``allowed_token_ids`` bans a token (None
+    when no row restricts)."""
+    restricted = [i for i, row in enumerate(rows)
+                  if row.params is not None and row.params.allowed_token_ids]
+    if not restricted:
+        return None
+    banned = np.zeros((len(rows), vocab), dtype=bool)
+    for i in restricted:
+        banned[i] = True
+        banned[i, rows[i].params.allowed_token_ids] = False
+    return banned
+
+
+def grammar_mask(bitmask: np.ndarray, vocab: int) -> np.ndarray:
+    """The tokens a structured-output bitmask bans (``[n, ceil(vocab/32)]``
+    int32, bit ``j`` of word ``w`` allowing token ``32 w + j``, as xgrammar
+    packs it) as ``[n, vocab]`` booleans."""
+    bits = np.unpackbits(np.ascontiguousarray(bitmask).view(np.uint8), axis=-1,
+                         bitorder="little")
+    return bits[:, :vocab] == 0
 
 
 # --- penalties (device) ---------------------------------------------------------

@@ -88,8 +88,7 @@ class SpyreWorker(WorkerBase):
         return self.model_runner.execute_model(scheduler_output)
 
     def sample_tokens(self, grammar_output):
-        raise NotImplementedError("spyre: execute_model returns the sampled tokens itself "
-                                  "(no structured outputs)")
+        return self.model_runner.sample_tokens(grammar_output)
 
     def take_draft_token_ids(self):
         return None
