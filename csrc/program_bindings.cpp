@@ -389,35 +389,47 @@ class CompiledProgram {
                                   " tensors, got " +
                                   std::to_string(tensors.size()));
     }
-    // The program assumed each storage in the default layout of its dense
-    // shape. A tensor from elsewhere (an extern kernel's result, a view of
-    // a larger storage) may sit in another layout: inputs are copied into
-    // the assumed one (counted); outputs must already match.
+    // The program assumed each tensor dense at the start of its storage, in
+    // the default layout of its dense shape (it binds whole storages), and
+    // writes its outputs in whole sticks. A tensor from elsewhere (an extern
+    // kernel's result, a view of a larger storage, one starting further in:
+    // Dynamo does not guard on storage offsets) may not be: it is bound as a
+    // copy in the assumed layout (counted), and an output's copy is copied
+    // back into it after the launch (masked writes that leave the rest of
+    // its storage alone).
     std::vector<at::Tensor> bound(tensors.begin(), tensors.end());
+    std::vector<size_t> written_back;
     for (size_t i = 0; i < bound.size(); ++i) {
       const rt::ArgSlot& slot = slots[i];
-      if (slot.layout.device_size.empty() ||
-          glue::allocation_of(bound[i].storage()).layout->device_size ==
-              slot.layout.device_size) {
-        continue;
-      }
-      if (slot.is_output) {
-        throw std::invalid_argument(
-            "spyre program '" + program_->program().name + "': output '" +
-            slot.name +
-            "' is not in the device layout the kernel was built for");
-      }
+      if (bindable(bound[i], slot)) continue;
       at::Tensor copy = at::empty_strided(bound[i].sizes(), bound[i].strides(),
                                           bound[i].options());
       copy.copy_(bound[i]);
       bound[i] = copy;
       ++relayouts_;
+      if (slot.is_output) written_back.push_back(i);
     }
     glue::ops::launch(*program_, bound);
+    for (size_t i : written_back) tensors[i].copy_(bound[i]);
     ++launches_;
   }
 
   uint64_t launches() const { return launches_; }
+
+  // Whether `tensor` is what `slot` assumed: at the start of its storage, in
+  // the slot's layout, and, written, the whole of its storage (its sticks
+  // shared with nothing else).
+  static bool bindable(const at::Tensor& tensor, const rt::ArgSlot& slot) {
+    if (slot.layout.device_size.empty()) return true;
+    if (tensor.storage_offset() != 0 ||
+        glue::allocation_of(tensor.storage()).layout->device_size !=
+            slot.layout.device_size) {
+      return false;
+    }
+    return !slot.is_output ||
+           tensor.storage().nbytes() ==
+               static_cast<size_t>(tensor.numel()) * tensor.element_size();
+  }
   uint64_t relayouts() const { return relayouts_; }
   const rt::Program& program() const { return program_->program(); }
 

@@ -124,6 +124,39 @@ def test_views_of_a_larger_storage_are_relaid_out():
     assert runtime.stats()["relayouts"] == 2
 
 
+def test_views_at_other_offsets_of_one_stick_are_their_own_values():
+    # vLLM's runner packs a step's token ids and positions in one device
+    # tensor: views of the same sticks at offsets 0 and 2. The program binds
+    # whole storages; the view further in was read as the first (Dynamo does
+    # not guard on storage offsets).
+    torch._dynamo.reset()
+    flat = torch.tensor([100.0, 200.0, 4.0, 13.0, 1.0, 0.0, 3.0])
+    dev = flat.to("spyre")
+    compiled = torch.compile(lambda a: a * 2.0 + 1.0, backend="spyre")
+    for start in (2, 0, 2, 4):
+        got = compiled(dev[start:start + 2].view(1, 2))
+        assert torch.equal(got.cpu(), flat[start:start + 2].view(1, 2) * 2 + 1), start
+
+
+def test_in_place_update_of_a_view_sharing_its_sticks_leaves_the_rest():
+    # The program writes whole sticks: an updated input that shares its
+    # sticks with other elements is updated through a copy (masked writes).
+    torch._dynamo.reset()
+
+    def f(a):
+        a.add_(1.0)
+        return a * 3.0
+    flat = torch.tensor([100.0, 200.0, 4.0, 13.0, 1.0, 0.0, 3.0])
+    dev = flat.to("spyre")
+    compiled = torch.compile(f, backend="spyre")
+    want = flat.clone()
+    for start in (0, 2):
+        got = compiled(dev[start:start + 2])
+        want[start:start + 2] += 1
+        assert torch.equal(got.cpu(), want[start:start + 2] * 3), start
+        assert torch.equal(dev.cpu(), want), start
+
+
 LAYOUT_CODE = """
     import json, torch
     from torch_spyre._inductor import runtime, scheduling
