@@ -141,6 +141,33 @@ def test_greedy_tokens_equal_transformers_on_the_cpu(arch, tmp_path):
     assert got == want
 
 
+def test_the_model_is_compiled_by_default_and_eager_on_request(llama_dir):
+    # torch.compile through the spyre backend by default: a graph per
+    # power-of-two step size, the step's tokens padded to it, the same
+    # tokens as eager (enforce_eager=True, vLLM's switch) and as the CPU.
+    from torch_spyre._inductor import runtime
+
+    prompts = prompts_of([3, 11, 20], seed=12)
+    want = cpu_greedy(cpu_model(llama_dir), prompts)
+    got, stats = {}, {}
+    for eager in (False, True):
+        llm = make_llm(llama_dir, enforce_eager=eager)
+        try:
+            runtime.reset_stats()
+            got[eager] = spyre_generate(llm, prompts, greedy())
+            stats[eager] = llm.collective_rpc("spyre_stats")[0]
+            launches, relayouts = runtime.stats()["launches"], runtime.stats()["relayouts"]
+        finally:
+            close(llm)
+        assert stats[eager]["compiled"] is not eager
+        assert (launches > 0) is not eager
+        assert relayouts == 0  # the step's inputs bound as they are, no copies
+    assert got[False] == got[True] == want
+    # The prompts step (34 tokens) and the decode steps of 3 requests.
+    assert sorted(stats[False]["compiled_sizes"]) == [4, 64]
+    assert stats[True]["compiled_sizes"] == []
+
+
 @pytest.mark.parametrize("arch", ["mistral", "gemma2"])
 def test_sliding_window_attention_equals_transformers_on_the_cpu(arch, tmp_path):
     # A window of 8 tokens, far shorter than the contexts: every layer with

@@ -114,6 +114,9 @@ class StepBatch:
     block_size: int
     decode: DecodeGroup | None = None
     max_context_len: int = 0
+    # The step's new tokens; the model may run on more (a compiled model
+    # runs the token counts it was compiled for: the rest are padding).
+    num_tokens: int = 0
 
 
 @contextlib.contextmanager
@@ -171,7 +174,7 @@ def make_step(requests, block_size, kv_caches, device, host_ints=()):
     batch = StepBatch(slot_mapping=slot_mapping, first_slot=slots[0] if consecutive else None,
                       requests=slices, kv_caches=kv_caches,
                       block_size=block_size, decode=decode,
-                      max_context_len=max(span[2] for span in spans))
+                      max_context_len=max(span[2] for span in spans), num_tokens=len(slots))
     return batch, flat[:len(host_ints)]
 
 
@@ -269,6 +272,10 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
                          f"sequence (batch 1), got batch {query.shape[0]}")
     layer = module.layer_idx
     key_cache, value_cache = batch.kv_caches[layer]
+    padding = query.shape[2] - batch.num_tokens
+    if padding:  # tokens past the step's: neither stored nor attended
+        query = query[:, :, :batch.num_tokens]
+        key, value = key[:, :, :batch.num_tokens], value[:, :, :batch.num_tokens]
     new_keys = key[0].transpose(0, 1)
     new_values = value[0].transpose(0, 1)
     write_kv(key_cache, value_cache, batch, new_keys, new_values)
@@ -302,6 +309,8 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
             mask, causal = req.window_mask(window, query.device), False
         outputs.append(attend(q, keys, values, mask, scaling, causal, softcap).transpose(1, 2))
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
+    if padding:
+        out = F.pad(out, (0, 0, 0, 0, 0, padding))
     return out.contiguous(), None
 
 
@@ -333,4 +342,7 @@ def register():
     """Registers ``spyre_paged`` with transformers' attention functions."""
     from transformers import AttentionInterface
 
-    AttentionInterface.register(NAME, paged_attention)
+    # Outside any compiled graph: what it does depends on the step (which
+    # requests, how many tokens each), not on tensor shapes a graph could
+    # guard on. The model's other layers compile around it.
+    AttentionInterface.register(NAME, torch.compiler.disable(paged_attention))

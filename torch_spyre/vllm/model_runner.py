@@ -2,8 +2,12 @@
 one forward pass per scheduler step.
 
 The model is the Hugging Face (transformers) model of the checkpoint,
-loaded on the host and moved to the spyre device, run eagerly with the
-``spyre_paged`` attention (``attention.py``). Each step packs the scheduled
+loaded on the host and moved to the spyre device, with the ``spyre_paged``
+attention (``attention.py``), compiled by ``torch.compile`` through the spyre
+backend (eager with vLLM's ``enforce_eager``): the attention stays outside
+the graphs (it depends on the step's requests), the layers around it compile
+into device programs, one set per power-of-two step size (the step's tokens
+padded to it), each compiled on first use. Each step packs the scheduled
 tokens of all requests into one sequence (``input_ids``/``position_ids``
 ``[1, tokens]``), writes their keys and values into their slots and attends
 over each request's blocks; the logits of the requests whose known tokens
@@ -88,6 +92,8 @@ class SpyreModelRunner:
         self.head_size = self.model_config.get_head_size()
         self.layer_names = [f"model.layers.{i}.self_attn" for i in range(self.num_layers)]
         self.model = None
+        # The model compiled through the spyre backend (None: eager).
+        self.compiled_forward = None
         self.kv_caches: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.num_blocks = 0
         self.requests: dict[str, RequestState] = {}
@@ -96,8 +102,11 @@ class SpyreModelRunner:
         # steps run, tokens computed, host seconds in the model, prompt chunks
         # that left the prompt unfinished (chunked prefill), prompt tokens found
         # in the prefix cache (not computed).
+        # compiled_sizes: the padded token counts the compiled model has run
+        # (each compiled on first use, compile_seconds in all).
         self.stats = {"steps": 0, "tokens": 0, "model_seconds": 0.0, "prefill_chunks": 0,
-                      "prefix_cached_tokens": 0}
+                      "prefix_cached_tokens": 0, "compiled": False, "compiled_sizes": [],
+                      "compile_seconds": 0.0}
 
     # --- the model ------------------------------------------------------------
 
@@ -118,9 +127,46 @@ class SpyreModelRunner:
 
             shard(model, get_tensor_model_parallel_rank(), tp, get_tp_group().device_group)
         self.model = model.to(self.device).eval()
+        if not self.model_config.enforce_eager:
+            self.compiled_forward = torch.compile(self._forward, backend="spyre",
+                                                  dynamic=False)
+            self.stats["compiled"] = True
         logger.info("spyre: loaded %s (%s) on %s in %s, %.1f MiB of device memory",
                     cfg.model, type(model).__name__, self.device, self.dtype,
                     torch.spyre.memory_allocated(self.device) / 2**20)
+
+    def _forward(self, input_ids, position_ids, logits_to_keep):
+        return self.model(input_ids=input_ids, position_ids=position_ids,
+                          logits_to_keep=logits_to_keep, use_cache=False).logits[0]
+
+    def padded_tokens(self, n: int) -> int:
+        """The token count the model runs for a step of ``n`` tokens: ``n``
+        eagerly; compiled, the next power of two (a graph per power, so
+        about log2(max_num_batched_tokens) graphs at most)."""
+        return n if self.compiled_forward is None else 1 << (n - 1).bit_length()
+
+    def _logits(self, input_ids, position_ids, logit_rows):
+        """The logits of the step's ``logit_rows`` (on the device): eagerly,
+        the model's LM head on those rows only; compiled, on every token
+        (the graph cannot depend on which), then those rows."""
+        if self.compiled_forward is None:
+            return self._forward(input_ids, position_ids,
+                                 logit_rows if logit_rows.numel() else 1)
+        # One graph per padded token count, and the resumed pieces around
+        # each attention layer: more than Dynamo's default of 8.
+        size = input_ids.shape[1]
+        first = size not in self.stats["compiled_sizes"]
+        if first:
+            logger.info("spyre: compiling the model for steps of %d tokens", size)
+            started = time.perf_counter()
+        with torch._dynamo.config.patch(recompile_limit=64):
+            logits = self.compiled_forward(input_ids, position_ids, 0)
+        if first:
+            self.stats["compiled_sizes"].append(size)
+            self.stats["compile_seconds"] += time.perf_counter() - started
+            logger.info("spyre: compiled for %d tokens in %.1f s", size,
+                        time.perf_counter() - started)
+        return logits.index_select(0, logit_rows)
 
     def _check_supported(self, config):
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -235,12 +281,13 @@ class SpyreModelRunner:
                 sampled_reqs.append(req_id)
             elif end < state.num_prompt_tokens:
                 self.stats["prefill_chunks"] += 1
-        n = len(ids)
-        batch, host = attention.make_step(steps, self.block_size, self.kv_caches, self.device,
-                                          host_ints=ids + positions + sample_rows + prompt_rows)
-        input_ids = host[:n].view(1, n)
-        position_ids = host[n:2 * n].view(1, n)
-        logit_rows = host[2 * n:]
+        padding = [0] * (self.padded_tokens(len(ids)) - len(ids))
+        # Each a tensor of its own: a compiled program binds whole storages
+        # (a view further into one would be copied first).
+        input_ids, position_ids = (torch.tensor([values + padding]).to(self.device)
+                                   for values in (ids, positions))
+        batch, logit_rows = attention.make_step(steps, self.block_size, self.kv_caches,
+                                                self.device, host_ints=sample_rows + prompt_rows)
         return input_ids, position_ids, logit_rows, batch, sampled_reqs, prompt_plan
 
     @torch.no_grad()
@@ -258,11 +305,9 @@ class SpyreModelRunner:
         input_ids, position_ids, logit_rows, batch, sampled_reqs, prompt_plan = \
             self._prepare(out)
         with attention.step(batch):
-            logits_to_keep = logit_rows if logit_rows.numel() else 1
-            result = self.model(input_ids=input_ids, position_ids=position_ids,
-                                logits_to_keep=logits_to_keep, use_cache=False)
+            logits = self._logits(input_ids, position_ids, logit_rows)
         self.pending = PendingStep(req_ids=list(out.num_scheduled_tokens),
-                                   logits=result.logits[0], sampled_reqs=sampled_reqs,
+                                   logits=logits, sampled_reqs=sampled_reqs,
                                    prompt_plan=prompt_plan, started=started)
         self.stats["steps"] += 1
         self.stats["tokens"] += out.total_num_scheduled_tokens

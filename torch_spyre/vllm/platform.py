@@ -129,8 +129,9 @@ class SpyrePlatform(Platform):
         # scheduled: no overlapped (async) scheduling.
         vllm_config.scheduler_config.async_scheduling = False
 
-        # The model runner runs the model itself (eager, through
-        # transformers); vLLM's own compilation and CUDA graphs do not apply.
+        # The model runner runs the model itself (transformers' model,
+        # compiled through the spyre backend unless enforce_eager); vLLM's
+        # own compilation and CUDA graphs do not apply.
         compilation = vllm_config.compilation_config
         compilation.mode = CompilationMode.NONE
         compilation.cudagraph_mode = CUDAGraphMode.NONE
