@@ -152,10 +152,12 @@ def make_step(requests, block_size, kv_caches, device, host_ints=()):
     max_blocks = max((len(t) for t in tables[:group]), default=0)
     padded = [b for t in tables[:group] for b in t + [0] * (max_blocks - len(t))]
     host_ints = list(host_ints)
-    flat = torch.tensor(host_ints + slots + padded + [b for t in tables[group:] for b in t],
+    # The slot mapping first: at the start of the storage, the scatter that
+    # writes the new keys and values reads it as it is (no copy).
+    flat = torch.tensor(slots + host_ints + padded + [b for t in tables[group:] for b in t],
                         dtype=torch.long).to(device)
-    slot_mapping = flat[len(host_ints):len(host_ints) + len(slots)]
-    at = len(host_ints) + len(slots)
+    slot_mapping = flat[:len(slots)]
+    at = len(slots) + len(host_ints)
     decode = None
     if group:
         lengths = torch.tensor([span[2] for span in spans[:group]])
@@ -175,7 +177,7 @@ def make_step(requests, block_size, kv_caches, device, host_ints=()):
                       requests=slices, kv_caches=kv_caches,
                       block_size=block_size, decode=decode,
                       max_context_len=max(span[2] for span in spans), num_tokens=len(slots))
-    return batch, flat[:len(host_ints)]
+    return batch, flat[len(slots):len(slots) + len(host_ints)]
 
 
 def visible(positions: torch.Tensor, context_len: int, window: int) -> torch.Tensor:
@@ -223,11 +225,18 @@ def read_blocks(cache, block_table, block_size, context_len):
 
 
 def scaled_attention(query, keys, values, mask, scaling, causal=False, softcap=None):
-    """scaled_dot_product_attention, or with the scores soft-capped first
-    (Gemma 2: ``softcap * tanh(scores / softcap)``), in device ops."""
+    """scaled_dot_product_attention (keys and values with fewer heads than
+    the query read by the heads grouped with them: enable_gqa), or with the
+    scores soft-capped first (Gemma 2: ``softcap * tanh(scores / softcap)``),
+    in device ops."""
     if softcap is None:
         return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask,
-                                              is_causal=causal, scale=scaling)
+                                              is_causal=causal, scale=scaling,
+                                              enable_gqa=True)
+    q_heads, kv_heads = query.shape[1], keys.shape[1]
+    if q_heads != kv_heads:
+        keys = keys.repeat_interleave(q_heads // kv_heads, dim=1)
+        values = values.repeat_interleave(q_heads // kv_heads, dim=1)
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
     scores = torch.matmul(query, keys.transpose(-1, -2)) * scale
     scores = torch.tanh(scores / softcap) * softcap
@@ -242,17 +251,15 @@ def scaled_attention(query, keys, values, mask, scaling, causal=False, softcap=N
 def attend(query, keys, values, mask, scaling, causal, softcap=None):
     """``query [1, q_heads, q_len, head]`` against ``keys/values [ctx, kv_heads,
     head]``: ``[1, q_heads, q_len, head]``."""
-    q_heads, kv_heads = query.shape[1], keys.shape[1]
+    q_heads = query.shape[1]
     keys = keys.transpose(0, 1).unsqueeze(0)
     values = values.transpose(0, 1).unsqueeze(0)
-    if q_heads != kv_heads:
-        keys = keys.repeat_interleave(q_heads // kv_heads, dim=1)
-        values = values.repeat_interleave(q_heads // kv_heads, dim=1)
     if keys.shape[2] == 1:
         # One token of context (a one-token prompt): the softmax over one key
         # is 1, the output is its value. (The device's matmul cannot yet take
         # the [..., 1, 1] probabilities times [..., 1, head] values that
         # scaled_dot_product_attention makes of it: csrc/ops/matmul.cpp.)
+        values = values.repeat_interleave(q_heads // values.shape[1], dim=1)
         return values.expand(query.shape[0], q_heads, query.shape[2], values.shape[-1])
     return scaled_attention(query, keys, values, mask, scaling, causal, softcap)
 
@@ -327,10 +334,7 @@ def attend_decode(query, key_cache, value_cache, group, mask, block_size, scalin
     def gather(cache):
         blocks = cache.view(rows // block_size, block_size, kv_heads, dim)
         picked = blocks.index_select(0, group.block_tables)
-        picked = picked.view(group.size, length, kv_heads, dim).transpose(1, 2)
-        if q_heads != kv_heads:
-            picked = picked.repeat_interleave(q_heads // kv_heads, dim=1)
-        return picked
+        return picked.view(group.size, length, kv_heads, dim).transpose(1, 2)
 
     q = query[0, :, :group.size].transpose(0, 1).unsqueeze(2)  # [size, q_heads, 1, head]
     out = scaled_attention(q, gather(key_cache), gather(value_cache), mask, scaling,
