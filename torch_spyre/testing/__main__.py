@@ -241,7 +241,7 @@ def _run(args):
     if os.path.exists(journal):
         os.remove(journal)
     command = [sys.executable, "-m", "pytest", "-p", "torch_spyre.testing.plugin",
-               "-p", "no:cacheprovider", "-q", "-rfE",
+               "-p", "no:cacheprovider", "-q", "-rfE", "--continue-on-collection-errors",
                f"--relay-config={os.path.abspath(args.config)}",
                f"--relay-summary={stem}-summary.json", f"--relay-junit={stem}-junit.xml",
                f"--relay-selection={selection_path}", f"--relay-journal={journal}",
@@ -282,34 +282,70 @@ MAX_CRASHES = 20
 
 
 def _run_until_done(command, env, journal_path):
-    """Runs pytest; when a test kills the process, records that test as
-    crashed and runs pytest again on the tests not yet run."""
+    """Runs pytest until a process finishes its session (journals "finish").
+    A process that ends otherwise (a signal, or an exit status from
+    os._exit) is recorded against the test or file it was in, and pytest
+    runs again on what is left. The exit status comes from the records,
+    never from pytest's (its 2 for a collection error would read as a bad
+    config)."""
     from .plugin import Journal
-    from .report import crash_record
+    from .report import EXIT_OUTSIDE_TESTS, EXIT_USAGE
 
     for _ in range(MAX_CRASHES + 1):
-        status = subprocess.call(command, env=env)
-        if status >= 0:
-            break
         journal = Journal(journal_path)
-        crashed = journal.unfinished()
-        if crashed is None:
-            print(f"relay: pytest died ({_signal_name(status)}) outside any test", file=sys.stderr)
-            return 3
-        print(f"relay: {crashed['nodeid']} killed the test process ({_signal_name(status)}); "
-              "recording it and running the remaining tests")
-        journal.write("crash", crash_record(crashed, _signal_name(status)))
+        finishes, broken = journal.finishes(), journal.broken_files()
+        # A file that killed a process while imported would kill the next one:
+        # it is left out (pytest imports files it is given whatever the hooks say).
+        status = subprocess.call([a for a in command if a not in broken], env=env)
+        journal = Journal(journal_path)
+        if journal.finishes() > finishes:
+            break
+        if status == 4 and len(journal.entries()) == 1:  # pytest's usage error, said why
+            return EXIT_USAGE
+        if not _record_death(journal, _death_name(status)):
+            print("relay: the process died again outside any test; no summary written",
+                  file=sys.stderr)
+            return EXIT_OUTSIDE_TESTS
     else:
         print(f"relay: more than {MAX_CRASHES} crashes; stopping", file=sys.stderr)
-        return 3
-    if status not in (0, 1, 5):  # 5: nothing left to collect (or nothing selected)
-        return status  # a usage or internal error; pytest said why
-    # The summary's status counts the tests of every process, crashes included.
+        return EXIT_OUTSIDE_TESTS
     with open(journal_path.replace("-journal.jsonl", "-summary.json")) as f:
         summary = json.load(f)
     if summary["totals"]["tests"] == 0:
         print("relay: no test selected")
     return summary["exit_status"]
+
+
+def _record_death(journal, died):
+    """Journals what the dead process was doing; False when it died outside
+    any test twice (a restart would only die again)."""
+    from .report import crash_record, file_error_record
+
+    crashed = journal.unfinished()
+    if crashed is not None:
+        print(f"relay: {crashed['nodeid']} killed the test process ({died}); "
+              "recording it and running the remaining tests")
+        journal.write("crash", crash_record(crashed, died))
+        return True
+    importing = journal.unfinished_collection()
+    if importing is not None:
+        print(f"relay: the process died ({died}) importing {importing}; recording it and "
+              "running the other files")
+        journal.write("end", file_error_record(
+            importing, "collection", f"the process died while importing the file ({died})"))
+        return True
+    if any(r.get("kind") == "outside" for r in journal.records().values()):
+        return False
+    file = journal.last_started_file() or "<session>"
+    print(f"relay: the process died ({died}) outside any test; recording it and "
+          "running again for the rest and the reports", file=sys.stderr)
+    journal.write("end", file_error_record(
+        file, "outside", f"the test process died outside any test ({died})"))
+    return True
+
+
+def _death_name(status):
+    return _signal_name(status) if status < 0 else f"exit status {status}"
 
 
 def _signal_name(status):

@@ -12,7 +12,10 @@ run it writes the JSON summary (--relay-summary) and JUnit XML
 With --relay-journal, each test's start and end are appended to a JSON-lines
 file as they happen, and tests the journal already holds are deselected: if
 a test kills the process (a segfault in a kernel), the CLI records it from
-the journal as crashed and starts pytest again on the tests left.
+the journal as crashed and starts pytest again on the tests left. Each
+file's import is journalled too (collect/collected), a file that fails to
+import is recorded as that file's `<collection>` error, and a session that
+finishes journals "finish": a process that ends without it died.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import time
 import pytest
 
 from . import records
-from .report import Outcome, build_summary, relay_exit_status, write_json, write_junit
+from .report import (Outcome, _first_line, _full_text, build_summary, file_error_record,
+                     relay_exit_status, write_json, write_junit)
 from .selection import Selection
 
 _RELAY = pytest.StashKey[dict]()
@@ -54,11 +58,37 @@ class RelayPlugin:
         self.earlier = self.journal.records() if self.journal else {}
         self.selection = selection
         self.outcomes: dict[str, Outcome] = {}
+        self.file_errors: dict[str, dict] = {}
         self.started = time.time()
         set_active_config(self.config)
         install()
 
     # ---- collection --------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector):
+        # Journalled so that a process dying while importing a file is
+        # recorded against that file (Journal.unfinished_collection).
+        module = isinstance(collector, pytest.Module) and self.journal is not None
+        if module:
+            self.journal.write("collect", {"file": str(collector.path)})
+        report = yield
+        if module:
+            self.journal.write("collected", {"file": str(collector.path)})
+        return report
+
+    def pytest_collectreport(self, report):
+        """A file that fails to import is an error of that file; the others
+        still run (the CLI passes --continue-on-collection-errors)."""
+        if not report.failed:
+            return
+        path = str(report.fspath) if report.fspath else report.nodeid
+        record = file_error_record(os.path.abspath(path), "collection",
+                                   f"the file failed to import: {_first_line(report)}",
+                                   _full_text(report))
+        self.file_errors[record["nodeid"]] = record
+        if self.journal is not None:
+            self.journal.write("end", record)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session, config, items):
@@ -132,7 +162,9 @@ class RelayPlugin:
 
     def pytest_sessionfinish(self, session, exitstatus):
         from .device_type import removed_variants
-        records = list(self.earlier.values()) + [o.record() for o in self.outcomes.values()]
+        by_nodeid = {**self.earlier, **self.file_errors,
+                     **{o.nodeid: o.record() for o in self.outcomes.values()}}
+        records = list(by_nodeid.values())
         if self.journal is not None:
             # Across restarted processes the exit status follows the records.
             exitstatus = relay_exit_status(records)
@@ -145,6 +177,9 @@ class RelayPlugin:
             write_json(self.summary_path, summary)
         if self.junit_path:
             write_junit(self.junit_path, records)
+        if self.journal is not None:
+            # The CLI tells a finished process from one that died by this.
+            self.journal.write("finish", {"exit_status": int(exitstatus)})
 
     def journal_started(self):
         started = self.journal.started() if self.journal is not None else None
@@ -181,6 +216,28 @@ class Journal:
             if entry["event"] in ("end", "crash"):
                 done[entry["record"]["nodeid"]] = entry["record"]
         return done
+
+    def broken_files(self):
+        """The files recorded as failing to import (or dying while imported)."""
+        return {r["nodeid"].split("::")[0] for r in self.records().values()
+                if r.get("kind") == "collection"}
+
+    def finishes(self):
+        return sum(1 for e in self.entries() if e["event"] == "finish")
+
+    def unfinished_collection(self):
+        """The file being imported when the process died, if any."""
+        collecting = None
+        for entry in self.entries():
+            if entry["event"] == "collect":
+                collecting = entry["record"]["file"]
+            elif entry["event"] == "collected":
+                collecting = None
+        return collecting
+
+    def last_started_file(self):
+        starts = [e["record"] for e in self.entries() if e["event"] == "start"]
+        return starts[-1]["file"] if starts else None
 
     def unfinished(self):
         """The start record of the test that was running when the process died."""

@@ -156,6 +156,7 @@ def build_summary(records, *, config, selection, removed, wall_seconds, exit_sta
         "config": None if config is None else {"path": config.source, "sha256": config.sha256},
         "exit_status": exit_status,
         "ok": exit_status == 0 and totals["failed"] == 0,
+        "reason": _not_ok_reason(records),
         "wall_seconds": round(wall_seconds, 3),
         "totals": totals,
         "files": dict(sorted(per_file.items())),
@@ -171,6 +172,19 @@ def build_summary(records, *, config, selection, removed, wall_seconds, exit_sta
             for e, tokens in config.inactive_entries()],
         "tests": records,
     }
+
+
+def _not_ok_reason(records):
+    """Why the run is not ok, in words (None when it is)."""
+    kinds = (("collection", "files failed to import"),
+             ("outside", "processes died outside any test"),
+             (None, "tests failed"))
+    parts = []
+    for kind, words in kinds:
+        n = sum(1 for r in records if r["outcome"] == "failed" and r.get("kind") == kind)
+        if n:
+            parts.append(f"{n} {words}")
+    return "; ".join(parts) or None
 
 
 def _package_version():
@@ -189,9 +203,29 @@ def crash_record(start, signal_name):
             "details": message, "error": True}
 
 
+# The CLI's exit codes (docs/relay.md, "Reports and exit code").
+EXIT_OK, EXIT_TESTS_FAILED, EXIT_USAGE, EXIT_OUTSIDE_TESTS = 0, 1, 2, 3
+
+
 def relay_exit_status(records):
-    """0 when every test met its mode, else 1 (the CLI's exit code)."""
-    return 1 if any(r["outcome"] == "failed" for r in records) else 0
+    """Derived from the records alone, never from pytest's status: 3 when a
+    file failed to import or a process died outside any test, 1 when a test
+    missed its mode, else 0."""
+    if any(r.get("kind") in ("collection", "outside") for r in records):
+        return EXIT_OUTSIDE_TESTS
+    return EXIT_TESTS_FAILED if any(r["outcome"] == "failed" for r in records) else EXIT_OK
+
+
+def file_error_record(file, kind, message, details=""):
+    """A record for a failure that belongs to a file, not a test: `kind`
+    "collection" (the file failed to import) or "outside" (the process died
+    outside any test, e.g. in a fixture's teardown or os._exit)."""
+    name = "<collection>" if kind == "collection" else "<outside any test>"
+    return {"nodeid": f"{file}::{name}", "file": _display_path(file), "class": "",
+            "name": name, "op": None, "dtype": None, "module": None, "mode": None,
+            "tags": [], "outcome": "failed", "duration_s": 0.0, "samples": 0,
+            "message": message, "details": (details or message)[-MAX_DETAILS:],
+            "error": True, "kind": kind, "why_mode": "", "why_selected": ""}
 
 
 def write_junit(path, records):

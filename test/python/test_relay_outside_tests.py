@@ -1,0 +1,92 @@
+"""Failures outside any test (issue 16, item 1): a file that fails to
+import, a process that ends during an import, inside a test or outside any
+test, with a signal or with os._exit(0). Each is a failed run in every
+artefact, with its own exit code, and the other files still run."""
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "test" / "relay" / "fixtures" / "outside_tests"
+
+
+def _config(*files):
+    entries = "".join(f"    - path: ${{TORCH_ROOT}}/{name}\n      unlisted_test_mode: "
+                      "mandatory_success\n" for name in files)
+    return f"test_suite_config:\n  files:\n{entries}"
+
+
+def _run_relay(tmp_path, *files, env_extra=None):
+    config_path = tmp_path / "relay.yaml"
+    config_path.write_text(_config(*files))
+    reports = tmp_path / "reports"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTORCH_ROOT=str(FIXTURES), **(env_extra or {}))
+    command = [sys.executable, "-m", "torch_spyre.testing", "run", "--config", str(config_path),
+               "--report-dir", str(reports), "--op-map", "none"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300,
+                            cwd=tmp_path)
+    summary = json.loads((reports / "relay-summary.json").read_text())
+    junit = ET.parse(reports / "relay-junit.xml").getroot()
+    return result, summary, junit
+
+
+def _outcomes(summary):
+    return {(t["file"].rsplit("/", 1)[-1], t["name"]): t["outcome"] for t in summary["tests"]}
+
+
+def _junit_errors(junit):
+    return {(suite.get("name").rsplit("/", 1)[-1], case.get("name")): case.find("error")
+            for suite in junit for case in suite if case.find("error") is not None}
+
+
+def test_a_file_that_fails_to_import_is_an_error_and_the_others_run(tmp_path):
+    result, summary, junit = _run_relay(tmp_path, "test_import_error.py", "test_passes.py")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert summary["exit_status"] == 3 and summary["ok"] is False
+    assert "failed to import" in summary["reason"]
+    assert _outcomes(summary) == {("test_import_error.py", "<collection>"): "failed",
+                                  ("test_passes.py", "test_passes"): "passed"}
+    errors = _junit_errors(junit)
+    assert list(errors) == [("test_import_error.py", "<collection>")]
+    assert "a_module_that_does_not_exist" in errors[("test_import_error.py", "<collection>")].text
+
+
+def test_a_process_ending_with_status_0_during_an_import_is_an_error(tmp_path):
+    result, summary, junit = _run_relay(tmp_path, "test_exits_while_imported.py",
+                                        "test_passes.py")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert summary["ok"] is False
+    outcomes = _outcomes(summary)
+    assert outcomes[("test_exits_while_imported.py", "<collection>")] == "failed"
+    assert outcomes[("test_passes.py", "test_passes")] == "passed"
+    message = next(t["message"] for t in summary["tests"] if t["name"] == "<collection>")
+    assert "exit status 0" in message
+    assert list(_junit_errors(junit)) == [("test_exits_while_imported.py", "<collection>")]
+
+
+def test_os_exit_0_inside_a_test_fails_that_test_and_the_rest_run(tmp_path):
+    result, summary, junit = _run_relay(tmp_path, "test_exits_in_test.py")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert summary["ok"] is False
+    assert _outcomes(summary) == {("test_exits_in_test.py", "test_a_exits_zero"): "failed",
+                                  ("test_exits_in_test.py", "test_b_passes_after"): "passed"}
+    assert list(_junit_errors(junit)) == [("test_exits_in_test.py", "test_a_exits_zero")]
+
+
+def test_a_death_outside_any_test_is_exit_3_and_the_tests_still_run(tmp_path):
+    flag = tmp_path / "died-once"
+    result, summary, junit = _run_relay(tmp_path, "test_passes.py",
+                                        env_extra={"RELAY_FIXTURE_DIE_ONCE": str(flag)})
+    assert flag.exists()
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert summary["exit_status"] == 3 and summary["ok"] is False
+    assert "outside any test" in summary["reason"]
+    outcomes = _outcomes(summary)
+    assert outcomes[("test_passes.py", "test_passes")] == "passed"
+    assert [t["message"] for t in summary["tests"] if t["name"] == "<outside any test>"] == [
+        "the test process died outside any test (exit status 7)"]
+    assert len(_junit_errors(junit)) == 1
