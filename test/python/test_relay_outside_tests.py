@@ -10,23 +10,25 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "test" / "relay" / "fixtures" / "outside_tests"
 
 
-def _config(*files):
+def _config(files, global_text=""):
     entries = "".join(f"    - path: ${{TORCH_ROOT}}/{name}\n      unlisted_test_mode: "
                       "mandatory_success\n" for name in files)
-    return f"test_suite_config:\n  files:\n{entries}"
+    return f"test_suite_config:\n  files:\n{entries}{global_text}"
 
 
-def _run_relay(tmp_path, *files, env_extra=None):
+def _run_relay(tmp_path, *files, env_extra=None, extra_args=(), global_text=""):
     config_path = tmp_path / "relay.yaml"
-    config_path.write_text(_config(*files))
+    config_path.write_text(_config(files, global_text))
     reports = tmp_path / "reports"
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTORCH_ROOT=str(FIXTURES), **(env_extra or {}))
     command = [sys.executable, "-m", "torch_spyre.testing", "run", "--config", str(config_path),
-               "--report-dir", str(reports), "--op-map", "none"]
+               "--report-dir", str(reports), "--op-map", "none", *extra_args]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300,
                             cwd=tmp_path)
     summary = json.loads((reports / "relay-summary.json").read_text())
@@ -90,3 +92,16 @@ def test_a_death_outside_any_test_is_exit_3_and_the_tests_still_run(tmp_path):
     assert [t["message"] for t in summary["tests"] if t["name"] == "<outside any test>"] == [
         "the test process died outside any test (exit status 7)"]
     assert len(_junit_errors(junit)) == 1
+
+
+@pytest.mark.parametrize("limit", [{"extra_args": ["--test-timeout", "2"]},
+                                   {"global_text": "  global:\n    timeouts: {test_seconds: 2}\n"}],
+                         ids=["cli_flag", "config_key"])
+def test_a_test_past_the_timeout_fails_with_the_reason_and_the_rest_run(tmp_path, limit):
+    result, summary, junit = _run_relay(tmp_path, "test_hangs.py", **limit)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert _outcomes(summary) == {("test_hangs.py", "test_a_hangs"): "failed",
+                                  ("test_hangs.py", "test_b_passes_after"): "passed"}
+    hung = next(t for t in summary["tests"] if t["name"] == "test_a_hangs")
+    assert hung["message"] == "timed out after 2 s"
+    assert list(_junit_errors(junit)) == [("test_hangs.py", "test_a_hangs")]

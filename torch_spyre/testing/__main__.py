@@ -84,6 +84,9 @@ def _parser():
     r.add_argument("--cache-dir", default=None,
                    help="where native-op discovery is cached across processes "
                         "(default: $SPYRE_RELAY_CACHE_DIR or ~/.cache/torch_spyre/relay)")
+    r.add_argument("--test-timeout", type=float, default=None, metavar="SECONDS",
+                   help="a test running longer is recorded as failed ('timed out after N s') "
+                        "and the run goes on with the rest")
     r.add_argument("pytest_args", nargs=argparse.REMAINDER,
                    help="after --: extra pytest arguments")
     sub.choices["select"].add_argument("--json", action="store_true")
@@ -245,7 +248,7 @@ def _run(args):
                f"--relay-config={os.path.abspath(args.config)}",
                f"--relay-summary={stem}-summary.json", f"--relay-junit={stem}-junit.xml",
                f"--relay-selection={selection_path}", f"--relay-journal={journal}",
-               *_shard_args(args, shard, stem), *extra, *files]
+               *_shard_args(args, shard, stem), *_limit_args(args, config), *extra, *files]
     env = dict(os.environ)
     env.update(_native_ops_cache_env(args, config))
     # Only the spyre base instantiates (RFC 1287 §11); CPU runs as the reference.
@@ -265,6 +268,13 @@ def _shard_args(args, shard, stem):
             f"--relay-shard-out={stem}-shard.json",
             *([f"--relay-shard-times={os.path.abspath(args.shard_times)}"]
               if args.shard_times else [])]
+
+
+def _limit_args(args, config):
+    """The per-test timeout: --test-timeout, else the config's
+    global.timeouts.test_seconds."""
+    seconds = args.test_timeout or config.global_.test_timeout_s
+    return [f"--relay-test-timeout={seconds}"] if seconds else []
 
 
 def _native_ops_cache_env(args, config):
@@ -321,6 +331,8 @@ def _record_death(journal, died):
     any test twice (a restart would only die again)."""
     from .report import crash_record, file_error_record
 
+    if journal.entries()[-1]["event"] == "crash":  # a watchdog recorded its test
+        return True
     crashed = journal.unfinished()
     if crashed is not None:
         print(f"relay: {crashed['nodeid']} killed the test process ({died}); "

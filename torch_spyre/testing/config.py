@@ -155,6 +155,7 @@ class GlobalConfig:
     supported_ops: dict[str, OpSupport] | None = None
     supported_modules: list[str] | None = None
     discover_native_ops: bool = False
+    test_timeout_s: float | None = None  # global.timeouts.test_seconds (CLI --test-timeout)
 
 
 @dataclasses.dataclass
@@ -424,7 +425,15 @@ def _parse_global(v, node):
     if node is None:
         return g
     fields = v.mapping(node, "global", allowed=("devices", "supported_dtypes", "supported_ops",
-                                                "supported_modules", "discover_native_ops"))
+                                                "supported_modules", "discover_native_ops",
+                                                "timeouts"))
+    if "timeouts" in fields:
+        limits = v.mapping(fields["timeouts"], "global.timeouts", allowed=("test_seconds",))
+        if "test_seconds" in limits:
+            g.test_timeout_s = v.scalar(limits["test_seconds"], "global.timeouts.test_seconds",
+                                        float)
+            if g.test_timeout_s <= 0:
+                v.fail(limits["test_seconds"], "global.timeouts.test_seconds must be > 0")
     if "devices" in fields:
         for d in v.sequence(fields["devices"], "global.devices"):
             name = v.scalar(d, "global.devices[]")

@@ -32,6 +32,8 @@ from .report import (Outcome, _first_line, _full_text, build_summary, file_error
 from .selection import Selection
 
 _RELAY = pytest.StashKey[dict]()
+# The status a watchdog ends the process with (the CLI reads the journal).
+EXIT_WATCHDOG = 70
 
 
 def pytest_addoption(parser):
@@ -44,11 +46,14 @@ def pytest_addoption(parser):
     group.addoption("--relay-junit", default=None, help="write JUnit XML here")
     group.addoption("--relay-journal", default=None,
                     help="JSON-lines journal of test starts/ends (crash recovery)")
+    group.addoption("--relay-test-timeout", type=float, default=None,
+                    help="seconds a test may run; past it the test is recorded as failed "
+                         "and the process exits (the CLI runs the rest); needs --relay-journal")
 
 
 class RelayPlugin:
     def __init__(self, config_path, selection, summary_path=None, junit_path=None,
-                 journal_path=None):
+                 journal_path=None, test_timeout=None):
         from .config import load_config
         from .device_type import install, set_active_config
 
@@ -57,6 +62,7 @@ class RelayPlugin:
         self.journal = Journal(journal_path) if journal_path else None
         self.earlier = self.journal.records() if self.journal else {}
         self.selection = selection
+        self.test_timeout = test_timeout
         self.outcomes: dict[str, Outcome] = {}
         self.file_errors: dict[str, dict] = {}
         self.started = time.time()
@@ -126,11 +132,33 @@ class RelayPlugin:
         if self.journal is not None and relay is not None:
             outcome.describe(item, relay)
             self.journal.write("start", outcome.start_record())
+        watchdog = self._watchdog(outcome)
         try:
             return (yield)
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             if self.journal is not None:
                 self.journal.write("end", outcome.record())
+
+    def _watchdog(self, outcome):
+        """A timer that, past the per-test limit, journals the test as failed
+        and ends the process: a hung kernel cannot be interrupted from
+        Python, so only a fresh process (the CLI's restart) goes on."""
+        if self.test_timeout is None or self.journal is None:
+            return None
+        import threading
+        from .report import crash_record
+
+        def expire():
+            self.journal.write("crash", crash_record(
+                outcome.start_record(), f"timed out after {self.test_timeout:g} s"))
+            os._exit(EXIT_WATCHDOG)
+
+        timer = threading.Timer(self.test_timeout, expire)
+        timer.daemon = True
+        timer.start()
+        return timer
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item):
@@ -199,8 +227,13 @@ class Journal:
             self.write("begin", {"time": time.time()})
 
     def write(self, event, record):
-        with open(self.path, "a") as f:
-            f.write(json.dumps({"event": event, "record": record}) + "\n")
+        line = (json.dumps({"event": event, "record": record}) + "\n").encode()
+        with open(self.path, "a+b") as f:
+            # A journal not ending its last line (written by hand, or by a
+            # tool) must not have this entry glued onto that line.
+            if f.tell() and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+                line = b"\n" + line
+            f.write(line)
 
     def entries(self):
         with open(self.path) as f:
@@ -301,7 +334,8 @@ def pytest_configure(config):
         plugin = RelayPlugin(config.getoption("--relay-config"), selection,
                              summary_path=config.getoption("--relay-summary"),
                              junit_path=config.getoption("--relay-junit"),
-                             journal_path=config.getoption("--relay-journal"))
+                             journal_path=config.getoption("--relay-journal"),
+                             test_timeout=config.getoption("--relay-test-timeout"))
     except ConfigError as error:
         raise pytest.UsageError(f"spyre relay config: {error}") from None
     config.pluginmanager.register(plugin, "spyre-relay")
