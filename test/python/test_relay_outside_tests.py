@@ -105,3 +105,16 @@ def test_a_test_past_the_timeout_fails_with_the_reason_and_the_rest_run(tmp_path
     hung = next(t for t in summary["tests"] if t["name"] == "test_a_hangs")
     assert hung["message"] == "timed out after 2 s"
     assert list(_junit_errors(junit)) == [("test_hangs.py", "test_a_hangs")]
+
+
+@pytest.mark.parametrize("limit", [{"extra_args": ["--memory-limit-mb", "2000"]},
+                                   {"global_text": "  global:\n    memory_limit_mb: 2000\n"}],
+                         ids=["cli_flag", "config_key"])
+def test_a_test_past_the_memory_guard_fails_with_the_reason_and_the_rest_run(tmp_path, limit):
+    result, summary, junit = _run_relay(tmp_path, "test_grows.py", **limit)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert _outcomes(summary) == {("test_grows.py", "test_a_grows"): "failed",
+                                  ("test_grows.py", "test_b_passes_after"): "passed"}
+    grown = next(t for t in summary["tests"] if t["name"] == "test_a_grows")
+    assert grown["message"].startswith("exceeded the memory guard of 2000 MB (resident ")
+    assert list(_junit_errors(junit)) == [("test_grows.py", "test_a_grows")]

@@ -87,6 +87,9 @@ def _parser():
     r.add_argument("--test-timeout", type=float, default=None, metavar="SECONDS",
                    help="a test running longer is recorded as failed ('timed out after N s') "
                         "and the run goes on with the rest")
+    r.add_argument("--memory-limit-mb", type=float, default=None, metavar="MB",
+                   help="a test during which the test process's resident memory passes MB is "
+                        "recorded as failed ('exceeded the memory guard') and the run goes on")
     r.add_argument("pytest_args", nargs=argparse.REMAINDER,
                    help="after --: extra pytest arguments")
     sub.choices["select"].add_argument("--json", action="store_true")
@@ -271,10 +274,13 @@ def _shard_args(args, shard, stem):
 
 
 def _limit_args(args, config):
-    """The per-test timeout: --test-timeout, else the config's
-    global.timeouts.test_seconds."""
+    """The per-test timeout (--test-timeout, else the config's
+    global.timeouts.test_seconds) and memory guard (--memory-limit-mb, else
+    global.memory_limit_mb)."""
     seconds = args.test_timeout or config.global_.test_timeout_s
-    return [f"--relay-test-timeout={seconds}"] if seconds else []
+    megabytes = args.memory_limit_mb or config.global_.memory_limit_mb
+    return ([f"--relay-test-timeout={seconds}"] if seconds else []) + \
+        ([f"--relay-memory-limit-mb={megabytes}"] if megabytes else [])
 
 
 def _native_ops_cache_env(args, config):

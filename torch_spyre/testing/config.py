@@ -156,6 +156,7 @@ class GlobalConfig:
     supported_modules: list[str] | None = None
     discover_native_ops: bool = False
     test_timeout_s: float | None = None  # global.timeouts.test_seconds (CLI --test-timeout)
+    memory_limit_mb: float | None = None  # global.memory_limit_mb (CLI --memory-limit-mb)
 
 
 @dataclasses.dataclass
@@ -426,7 +427,7 @@ def _parse_global(v, node):
         return g
     fields = v.mapping(node, "global", allowed=("devices", "supported_dtypes", "supported_ops",
                                                 "supported_modules", "discover_native_ops",
-                                                "timeouts"))
+                                                "timeouts", "memory_limit_mb"))
     if "timeouts" in fields:
         limits = v.mapping(fields["timeouts"], "global.timeouts", allowed=("test_seconds",))
         if "test_seconds" in limits:
@@ -434,6 +435,10 @@ def _parse_global(v, node):
                                         float)
             if g.test_timeout_s <= 0:
                 v.fail(limits["test_seconds"], "global.timeouts.test_seconds must be > 0")
+    if "memory_limit_mb" in fields:
+        g.memory_limit_mb = v.scalar(fields["memory_limit_mb"], "global.memory_limit_mb", float)
+        if g.memory_limit_mb <= 0:
+            v.fail(fields["memory_limit_mb"], "global.memory_limit_mb must be > 0")
     if "devices" in fields:
         for d in v.sequence(fields["devices"], "global.devices"):
             name = v.scalar(d, "global.devices[]")

@@ -34,6 +34,14 @@ from .selection import Selection
 _RELAY = pytest.StashKey[dict]()
 # The status a watchdog ends the process with (the CLI reads the journal).
 EXIT_WATCHDOG = 70
+# How often the watchdog looks at the clock and the resident memory.
+WATCHDOG_PERIOD_S = 0.1
+
+
+def resident_mb() -> float:
+    """This process's resident memory in MB (Linux /proc)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def pytest_addoption(parser):
@@ -49,11 +57,14 @@ def pytest_addoption(parser):
     group.addoption("--relay-test-timeout", type=float, default=None,
                     help="seconds a test may run; past it the test is recorded as failed "
                          "and the process exits (the CLI runs the rest); needs --relay-journal")
+    group.addoption("--relay-memory-limit-mb", type=float, default=None,
+                    help="resident memory (MB) the test process may reach during a test; "
+                         "past it the same (needs --relay-journal)")
 
 
 class RelayPlugin:
     def __init__(self, config_path, selection, summary_path=None, junit_path=None,
-                 journal_path=None, test_timeout=None):
+                 journal_path=None, test_timeout=None, memory_limit_mb=None):
         from .config import load_config
         from .device_type import install, set_active_config
 
@@ -63,6 +74,7 @@ class RelayPlugin:
         self.earlier = self.journal.records() if self.journal else {}
         self.selection = selection
         self.test_timeout = test_timeout
+        self.memory_limit_mb = memory_limit_mb
         self.outcomes: dict[str, Outcome] = {}
         self.file_errors: dict[str, dict] = {}
         self.started = time.time()
@@ -137,28 +149,42 @@ class RelayPlugin:
             return (yield)
         finally:
             if watchdog is not None:
-                watchdog.cancel()
+                watchdog.set()
             if self.journal is not None:
                 self.journal.write("end", outcome.record())
 
     def _watchdog(self, outcome):
-        """A timer that, past the per-test limit, journals the test as failed
-        and ends the process: a hung kernel cannot be interrupted from
-        Python, so only a fresh process (the CLI's restart) goes on."""
-        if self.test_timeout is None or self.journal is None:
+        """A thread that, past the per-test time or the memory guard,
+        journals the test as failed and ends the process: a hung kernel
+        cannot be interrupted from Python, and memory a test holds cannot be
+        taken back, so only a fresh process (the CLI's restart) goes on.
+        Returns an event that stops it (None without limits)."""
+        if self.journal is None or (self.test_timeout is None
+                                    and self.memory_limit_mb is None):
             return None
         import threading
         from .report import crash_record
 
-        def expire():
-            self.journal.write("crash", crash_record(
-                outcome.start_record(), f"timed out after {self.test_timeout:g} s"))
-            os._exit(EXIT_WATCHDOG)
+        done = threading.Event()
+        deadline = None if self.test_timeout is None else time.monotonic() + self.test_timeout
 
-        timer = threading.Timer(self.test_timeout, expire)
-        timer.daemon = True
-        timer.start()
-        return timer
+        def watch():
+            while not done.wait(WATCHDOG_PERIOD_S):
+                reason = None
+                if deadline is not None and time.monotonic() > deadline:
+                    reason = f"timed out after {self.test_timeout:g} s"
+                elif self.memory_limit_mb is not None:
+                    rss_mb = resident_mb()
+                    if rss_mb > self.memory_limit_mb:
+                        reason = (f"exceeded the memory guard of {self.memory_limit_mb:g} MB "
+                                  f"(resident {rss_mb:.0f} MB)")
+                if reason is not None and not done.is_set():
+                    record = crash_record(outcome.start_record(), reason, by_watchdog=True)
+                    self.journal.write("crash", record)
+                    os._exit(EXIT_WATCHDOG)
+
+        threading.Thread(target=watch, name="relay-watchdog", daemon=True).start()
+        return done
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item):
@@ -335,7 +361,8 @@ def pytest_configure(config):
                              summary_path=config.getoption("--relay-summary"),
                              junit_path=config.getoption("--relay-junit"),
                              journal_path=config.getoption("--relay-journal"),
-                             test_timeout=config.getoption("--relay-test-timeout"))
+                             test_timeout=config.getoption("--relay-test-timeout"),
+                             memory_limit_mb=config.getoption("--relay-memory-limit-mb"))
     except ConfigError as error:
         raise pytest.UsageError(f"spyre relay config: {error}") from None
     config.pluginmanager.register(plugin, "spyre-relay")

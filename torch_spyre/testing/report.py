@@ -195,13 +195,13 @@ def _package_version():
         return None
 
 
-def crash_record(start, cause):
-    """The record of a test whose process died (`cause`: a signal's name, an
-    exit status, or the watchdog's "timed out after N s"): its mode decides
-    the outcome."""
+def crash_record(start, cause, by_watchdog=False):
+    """The record of a test whose process died (`cause`: a signal's name or
+    an exit status), or that the watchdog stopped (`cause`: "timed out after
+    N s", "exceeded the memory guard of M MB ..."): its mode decides the
+    outcome."""
     expected = start.get("mode") in ("xfail", "xfail_strict")
-    message = (cause if cause.startswith("timed out") else
-               f"the test process died ({cause})")
+    message = cause if by_watchdog else f"the test process died ({cause})"
     return {**start, "outcome": "xfailed" if expected else "failed", "message": message,
             "details": message, "error": True}
 
