@@ -118,3 +118,35 @@ def test_a_test_past_the_memory_guard_fails_with_the_reason_and_the_rest_run(tmp
     grown = next(t for t in summary["tests"] if t["name"] == "test_a_grows")
     assert grown["message"].startswith("exceeded the memory guard of 2000 MB (resident ")
     assert list(_junit_errors(junit)) == [("test_grows.py", "test_a_grows")]
+
+
+def test_a_disabled_tests_file_in_upstreams_form_skips_its_tests(tmp_path):
+    # .pytorch-disabled-tests.json as PyTorch's CI writes it: a test disabled
+    # for every platform is skipped with its issue, one disabled on Windows
+    # only runs here, the rest run.
+    disabled = tmp_path / "disabled.json"
+    issue = "https://github.com/pytorch/pytorch/issues/1"
+    disabled.write_text(json.dumps({
+        "test_disabled_everywhere (__main__.TestUpstreamStyle)": [issue, []],
+        "test_disabled_on_windows_only (__main__.TestUpstreamStyle)": [issue + "2", ["win"]]}))
+    result, summary, _ = _run_relay(tmp_path, "test_upstream_style.py",
+                                    extra_args=["--disabled-tests", str(disabled)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _outcomes(summary) == {
+        ("test_upstream_style.py", "test_disabled_everywhere"): "skipped",
+        ("test_upstream_style.py", "test_disabled_on_windows_only"): "passed",
+        ("test_upstream_style.py", "test_enabled"): "passed"}
+    assert [d["issue"] for d in summary["disabled"]] == [issue]
+
+
+def test_a_malformed_disabled_tests_file_is_a_usage_error(tmp_path):
+    disabled = tmp_path / "disabled.json"
+    disabled.write_text(json.dumps({"test_x (__main__.T)": "not a list"}))
+    command = [sys.executable, "-m", "torch_spyre.testing", "run", "--config",
+               str(tmp_path / "relay.yaml"), "--disabled-tests", str(disabled)]
+    (tmp_path / "relay.yaml").write_text(_config(["test_hangs.py"]))
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT),
+                                     PYTORCH_ROOT=str(FIXTURES)))
+    assert result.returncode == 2
+    assert "expected upstream's form" in result.stderr

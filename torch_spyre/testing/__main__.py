@@ -90,6 +90,10 @@ def _parser():
     r.add_argument("--memory-limit-mb", type=float, default=None, metavar="MB",
                    help="a test during which the test process's resident memory passes MB is "
                         "recorded as failed ('exceeded the memory guard') and the run goes on")
+    r.add_argument("--disabled-tests", default=None, metavar="FILE",
+                   help="upstream's disabled-tests JSON (.pytorch-disabled-tests.json: "
+                        "'test (__main__.Class)' -> [issue url, [platforms]]); those tests "
+                        "skip themselves, as in PyTorch's CI, and the summary lists them")
     r.add_argument("pytest_args", nargs=argparse.REMAINDER,
                    help="after --: extra pytest arguments")
     sub.choices["select"].add_argument("--json", action="store_true")
@@ -228,6 +232,9 @@ def _run(args):
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+    disabled = _disabled_tests_env(args)
+    if disabled is None:
+        return 2
     if args.name is None:
         args.name = "relay" if shard is None else f"relay-shard-{shard[0]}-of-{shard[1]}"
     selection = _selection(args, config)
@@ -256,6 +263,7 @@ def _run(args):
     env.update(_native_ops_cache_env(args, config))
     # Only the spyre base instantiates (RFC 1287 §11); CPU runs as the reference.
     env["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "privateuse1"
+    env.update(disabled)
     print("relay: " + "\n relay: ".join(selection.describe()))
     started = time.time()
     status = _run_until_done(command, env, journal)
@@ -281,6 +289,31 @@ def _limit_args(args, config):
     megabytes = args.memory_limit_mb or config.global_.memory_limit_mb
     return ([f"--relay-test-timeout={seconds}"] if seconds else []) + \
         ([f"--relay-memory-limit-mb={megabytes}"] if megabytes else [])
+
+
+def _disabled_tests_env(args):
+    """The environment that makes PyTorch's test framework skip the tests of
+    a disabled-tests file (common_utils reads DISABLED_TESTS_FILE at import
+    and matches 'test (__main__.Class)' keys and their platforms itself):
+    {} without a file, None (after saying why) for a file it cannot use."""
+    if args.disabled_tests is None:
+        return {}
+    path = os.path.abspath(args.disabled_tests)
+    try:
+        with open(path) as f:
+            entries = json.load(f)
+    except (OSError, ValueError) as error:
+        print(f"error: --disabled-tests {args.disabled_tests}: {error}", file=sys.stderr)
+        return None
+    well_formed = isinstance(entries, dict) and all(
+        isinstance(v, list) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], list)
+        for v in entries.values())
+    if not well_formed:
+        print(f"error: --disabled-tests {args.disabled_tests}: expected upstream's form, "
+              '{"test_name (__main__.TestClass)": ["issue url", ["platform", ...]]}',
+              file=sys.stderr)
+        return None
+    return {"DISABLED_TESTS_FILE": path}
 
 
 def _native_ops_cache_env(args, config):

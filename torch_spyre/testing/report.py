@@ -163,6 +163,8 @@ def build_summary(records, *, config, selection, removed, wall_seconds, exit_sta
         "ops": dict(sorted(per_op.items())),
         "modules": dict(sorted(per_module.items())),
         "failures": [r for r in records if r["outcome"] == "failed"],
+        "disabled": [{"nodeid": r["nodeid"], "issue": _disabling_issue(r["message"])}
+                     for r in records if _disabling_issue(r["message"])],
         "native_ops": native_ops,
         "selection": selection.to_json() if selection is not None else None,
         "removed_by_config": [{"file": _display_path(f), "class": c, "name": n, "why": w}
@@ -172,6 +174,18 @@ def build_summary(records, *, config, selection, removed, wall_seconds, exit_sta
             for e, tokens in config.inactive_entries()],
         "tests": records,
     }
+
+
+# How PyTorch's test framework words the skip of a test an issue disables
+# (common_utils.check_if_enable), before the issue's url.
+DISABLED_SKIP = "Test is disabled because an issue exists disabling it: "
+
+
+def _disabling_issue(message):
+    """The issue url of a test skipped as disabled (None otherwise)."""
+    if not message or not message.startswith(DISABLED_SKIP):
+        return None
+    return message[len(DISABLED_SKIP):].split()[0]
 
 
 def _not_ok_reason(records):
