@@ -2,19 +2,13 @@
 an upstream-style test file (instantiate_device_type_tests + @ops) run by
 the relay from a ${TORCH_ROOT} tree."""
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from relay_cli import run_relay_cli
 from torch_spyre.testing.config import Precision, parse_config
-
-ROOT = Path(__file__).resolve().parents[2]
 
 CONFIG = """\
 test_suite_config:
@@ -196,17 +190,7 @@ def _run_relay(tmp_path, config_text, *pytest_args):
     (tmp_path / "test" / "test_fake_upstream.py").write_text(UPSTREAM_FILE)
     config_path = tmp_path / "modes.yaml"
     config_path.write_text(config_text)
-    reports = tmp_path / "reports"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTORCH_ROOT=str(tmp_path))
-    command = [sys.executable, "-m", "torch_spyre.testing", "run", "--config", str(config_path),
-               "--report-dir", str(reports)]
-    if pytest_args:
-        command += ["--", *pytest_args]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900,
-                            cwd=tmp_path)
-    summary = json.loads((reports / "relay-summary.json").read_text())
-    junit = ET.parse(reports / "relay-junit.xml").getroot()
-    return result, summary, junit
+    return run_relay_cli(config_path, tmp_path, *(["--", *pytest_args] if pytest_args else []))
 
 
 def test_end_to_end_modes_on_an_upstream_file(tmp_path):

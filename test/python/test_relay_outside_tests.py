@@ -7,12 +7,10 @@ import json
 import os
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
+from relay_cli import ROOT, run_relay_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "test" / "relay" / "fixtures" / "outside_tests"
 
 
@@ -25,15 +23,8 @@ def _config(files, global_text=""):
 def _run_relay(tmp_path, *files, env_extra=None, extra_args=(), global_text=""):
     config_path = tmp_path / "relay.yaml"
     config_path.write_text(_config(files, global_text))
-    reports = tmp_path / "reports"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTORCH_ROOT=str(FIXTURES), **(env_extra or {}))
-    command = [sys.executable, "-m", "torch_spyre.testing", "run", "--config", str(config_path),
-               "--report-dir", str(reports), "--op-map", "none", *extra_args]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300,
-                            cwd=tmp_path)
-    summary = json.loads((reports / "relay-summary.json").read_text())
-    junit = ET.parse(reports / "relay-junit.xml").getroot()
-    return result, summary, junit
+    return run_relay_cli(config_path, FIXTURES, "--op-map", "none", *extra_args,
+                         env_extra=env_extra, timeout=300)
 
 
 def _outcomes(summary):
@@ -94,30 +85,32 @@ def test_a_death_outside_any_test_is_exit_3_and_the_tests_still_run(tmp_path):
     assert len(_junit_errors(junit)) == 1
 
 
-@pytest.mark.parametrize("limit", [{"extra_args": ["--test-timeout", "2"]},
-                                   {"global_text": "  global:\n    timeouts: {test_seconds: 2}\n"}],
-                         ids=["cli_flag", "config_key"])
-def test_a_test_past_the_timeout_fails_with_the_reason_and_the_rest_run(tmp_path, limit):
-    result, summary, junit = _run_relay(tmp_path, "test_hangs.py", **limit)
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert _outcomes(summary) == {("test_hangs.py", "test_a_hangs"): "failed",
-                                  ("test_hangs.py", "test_b_passes_after"): "passed"}
-    hung = next(t for t in summary["tests"] if t["name"] == "test_a_hangs")
-    assert hung["message"] == "timed out after 2 s"
-    assert list(_junit_errors(junit)) == [("test_hangs.py", "test_a_hangs")]
+WATCHDOG_CASES = {
+    # (fixture file, its first test, limit, the failed test's message)
+    "timeout_flag": ("test_hangs.py", "test_a_hangs", {"extra_args": ["--test-timeout", "2"]},
+                     "timed out after 2 s"),
+    "timeout_config": ("test_hangs.py", "test_a_hangs",
+                       {"global_text": "  global:\n    timeouts: {test_seconds: 2}\n"},
+                       "timed out after 2 s"),
+    "memory_flag": ("test_grows.py", "test_a_grows",
+                    {"extra_args": ["--memory-limit-mb", "2000"]},
+                    "exceeded the memory guard of 2000 MB (resident "),
+    "memory_config": ("test_grows.py", "test_a_grows",
+                      {"global_text": "  global:\n    memory_limit_mb: 2000\n"},
+                      "exceeded the memory guard of 2000 MB (resident "),
+}
 
 
-@pytest.mark.parametrize("limit", [{"extra_args": ["--memory-limit-mb", "2000"]},
-                                   {"global_text": "  global:\n    memory_limit_mb: 2000\n"}],
-                         ids=["cli_flag", "config_key"])
-def test_a_test_past_the_memory_guard_fails_with_the_reason_and_the_rest_run(tmp_path, limit):
-    result, summary, junit = _run_relay(tmp_path, "test_grows.py", **limit)
+@pytest.mark.parametrize("case", WATCHDOG_CASES)
+def test_a_test_past_a_watchdog_limit_fails_with_the_reason_and_the_rest_run(tmp_path, case):
+    # The per-test timeout and the memory guard, each by flag and by config key.
+    name, stopped, limit, message = WATCHDOG_CASES[case]
+    result, summary, junit = _run_relay(tmp_path, name, **limit)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert _outcomes(summary) == {("test_grows.py", "test_a_grows"): "failed",
-                                  ("test_grows.py", "test_b_passes_after"): "passed"}
-    grown = next(t for t in summary["tests"] if t["name"] == "test_a_grows")
-    assert grown["message"].startswith("exceeded the memory guard of 2000 MB (resident ")
-    assert list(_junit_errors(junit)) == [("test_grows.py", "test_a_grows")]
+    assert _outcomes(summary) == {(name, stopped): "failed", (name, "test_b_passes_after"): "passed"}
+    record = next(t for t in summary["tests"] if t["name"] == stopped)
+    assert record["message"].startswith(message), record["message"]
+    assert list(_junit_errors(junit)) == [(name, stopped)]
 
 
 def test_a_disabled_tests_file_in_upstreams_form_skips_its_tests(tmp_path):
@@ -142,9 +135,9 @@ def test_a_disabled_tests_file_in_upstreams_form_skips_its_tests(tmp_path):
 def test_a_malformed_disabled_tests_file_is_a_usage_error(tmp_path):
     disabled = tmp_path / "disabled.json"
     disabled.write_text(json.dumps({"test_x (__main__.T)": "not a list"}))
+    (tmp_path / "relay.yaml").write_text(_config(["test_hangs.py"]))
     command = [sys.executable, "-m", "torch_spyre.testing", "run", "--config",
                str(tmp_path / "relay.yaml"), "--disabled-tests", str(disabled)]
-    (tmp_path / "relay.yaml").write_text(_config(["test_hangs.py"]))
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path,
                             env=dict(os.environ, PYTHONPATH=str(ROOT),
                                      PYTORCH_ROOT=str(FIXTURES)))

@@ -177,11 +177,7 @@ def test_sliding_window_attention_equals_transformers_on_the_cpu(arch, tmp_path)
     path = write_tiny_model(arch, str(tmp_path / arch), sliding_window=8)
     prompts = prompts_of([3, 12, 30])
     want = cpu_greedy(cpu_model(path), prompts)
-    llm = make_llm(path)
-    try:
-        got = spyre_generate(llm, prompts, greedy())
-    finally:
-        close(llm)
+    got = generate_once(path, prompts, greedy())
     assert got == want
 
 
@@ -219,15 +215,36 @@ def cpu_sample(logits, params, generator, min_p=0.0):
     return sampler.draw(logits, params, generator)
 
 
-def cpu_sampled(model, prompt, params, new_tokens=NEW_TOKENS):
-    """The tokens the host sampler draws from the CPU model's logits."""
+def cpu_generate(model, prompt, params, adjust=None, new_tokens=NEW_TOKENS, stop=None):
+    """The tokens vLLM's sampler chooses from the CPU model's logits (float32,
+    ``[vocab]``), each step's first passed through ``adjust(logits, output)``
+    when given (what vLLM does to them before sampling); ends after ``stop``."""
     generator = sampler.make_generator(params)
     ids = list(prompt)
     with torch.no_grad():
         for _ in range(new_tokens):
             logits = model(torch.tensor([ids])).logits[0, -1].float()
-            ids.append(cpu_sample(logits, params, generator))
+            if adjust is not None:
+                logits = adjust(logits.clone(), ids[len(prompt):])
+            ids.append(cpu_sample(logits, params, generator, min_p=params.min_p))
+            if ids[-1] == stop:
+                break
     return ids[len(prompt):]
+
+
+def cpu_sampled(model, prompt, params, new_tokens=NEW_TOKENS):
+    """The tokens the host sampler draws from the CPU model's logits."""
+    return cpu_generate(model, prompt, params, new_tokens=new_tokens)
+
+
+def generate_once(path, prompts, params, **llm_kwargs):
+    """spyre_generate on an engine of its own (make_llm's, with
+    ``llm_kwargs``), closed after."""
+    llm = make_llm(path, **llm_kwargs)
+    try:
+        return spyre_generate(llm, prompts, params)
+    finally:
+        close(llm)
 
 
 def test_seeded_sampling_is_reproducible_and_equals_the_cpu(llama_dir):
@@ -273,16 +290,8 @@ EOS = 2  # the tiny models' end of sequence (tiny_models.py)
 
 def cpu_processed_greedy(model, prompt, adjust, new_tokens=NEW_TOKENS, stop=None):
     """Greedy tokens of the CPU model with ``adjust(logits, output)`` applied
-    to each step's logits (float32, [vocab]); ends after ``stop``."""
-    ids = list(prompt)
-    with torch.no_grad():
-        for _ in range(new_tokens):
-            logits = model(torch.tensor([ids])).logits[0, -1].float()
-            token = int(torch.argmax(adjust(logits.clone(), ids[len(prompt):])))
-            ids.append(token)
-            if token == stop:
-                break
-    return ids[len(prompt):]
+    to each step's logits; ends after ``stop``."""
+    return cpu_generate(model, prompt, SamplingParams(temperature=0), adjust, new_tokens, stop)
 
 
 def banned_except(allowed):
@@ -333,13 +342,9 @@ def test_logit_bias_allowed_tokens_bad_words_and_min_tokens_equal_vllm_on_the_cp
     assert want[0] == plain
     assert all(w != plain for w in want[1:])  # each changes the tokens
     assert want[-1] == plain[:3] + [EOS]
-    llm = make_llm(llama_dir)
-    try:
-        got = spyre_generate(llm, [prompt] * len(cases),
-                             [SamplingParams(temperature=0, max_tokens=NEW_TOKENS, **kw)
-                              for kw, _, _ in cases])
-    finally:
-        close(llm)
+    got = generate_once(llama_dir, [prompt] * len(cases),
+                        [SamplingParams(temperature=0, max_tokens=NEW_TOKENS, **kw)
+                         for kw, _, _ in cases])
     assert got == want
 
 
@@ -351,26 +356,18 @@ def test_seeded_sampling_with_min_p_and_logit_bias_equals_the_cpu(llama_dir):
               for i in range(2)]
     model = cpu_model(llama_dir)
 
-    def cpu_min_p(prompt, p):
-        generator = sampler.make_generator(p)
-        ids = list(prompt)
-        with torch.no_grad():
-            for _ in range(NEW_TOKENS):
-                logits = model(torch.tensor([ids])).logits[0, -1].float()
-                for token, value in (p.logit_bias or {}).items():
-                    logits[token] += value
-                ids.append(cpu_sample(logits, p, generator, min_p=p.min_p))
-        return ids[len(prompt):]
+    def biased(params):
+        def adjust(logits, output):
+            for token, value in (params.logit_bias or {}).items():
+                logits[token] += value
+            return logits
+        return adjust
 
-    want = [cpu_min_p(p, s) for p, s in zip(prompts, params)]
+    want = [cpu_generate(model, p, s, biased(s)) for p, s in zip(prompts, params)]
     unfiltered = [cpu_sampled(model, p, SamplingParams(temperature=1.5, seed=40 + i))
                   for i, p in enumerate(prompts)]
     assert want != unfiltered  # min_p changes the draws
-    llm = make_llm(llama_dir)
-    try:
-        got = spyre_generate(llm, prompts, params)
-    finally:
-        close(llm)
+    got = generate_once(llama_dir, prompts, params)
     assert got == want
 
 
@@ -393,16 +390,12 @@ def test_structured_outputs_constrain_tokens_as_the_grammar_allows(llama_dir):
     want = [cpu_processed_greedy(model, prompt, regex_allows, stop=EOS),
             cpu_processed_greedy(model, prompt, choice_allows, stop=EOS),
             cpu_greedy(model, [prompt])[0]]
-    llm = make_llm(llama_dir)
-    try:
-        got = spyre_generate(llm, [prompt] * 3, [
-            SamplingParams(temperature=0, max_tokens=NEW_TOKENS,
-                           structured_outputs=StructuredOutputsParams(regex="(t5|t6)+")),
-            SamplingParams(temperature=0, max_tokens=NEW_TOKENS,
-                           structured_outputs=StructuredOutputsParams(choice=["t7", "t9"])),
-            greedy()])
-    finally:
-        close(llm)
+    got = generate_once(llama_dir, [prompt] * 3, [
+        SamplingParams(temperature=0, max_tokens=NEW_TOKENS,
+                       structured_outputs=StructuredOutputsParams(regex="(t5|t6)+")),
+        SamplingParams(temperature=0, max_tokens=NEW_TOKENS,
+                       structured_outputs=StructuredOutputsParams(choice=["t7", "t9"])),
+        greedy()])
     assert got == want
     assert set(got[0]) <= {5, 6, EOS} and got[1] in ([7, EOS], [9, EOS])
 
@@ -435,13 +428,9 @@ def test_custom_logits_processors_run_on_the_device(llama_dir):
     evens = list(range(0, 512, 2))
     want = [cpu_processed_greedy(model, prompts[0], banned_except(evens)),
             cpu_greedy(model, prompts[1:])[0]]
-    llm = make_llm(llama_dir, logits_processors=[EvenTokensOnly])
-    try:
-        got = spyre_generate(llm, prompts, [
-            SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True,
-                           extra_args={"even": True}), greedy()])
-    finally:
-        close(llm)
+    got = generate_once(llama_dir, prompts, [
+        SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True,
+                       extra_args={"even": True}), greedy()], logits_processors=[EvenTokensOnly])
     assert got == want
     assert all(t % 2 == 0 for t in got[0]) and any(t % 2 for t in got[1])
 
@@ -522,18 +511,14 @@ def cpu_penalized_sampled(model, prompt, params, new_tokens=NEW_TOKENS):
     CPU penalties (penalties before temperature, as vLLM's Sampler)."""
     from vllm.model_executor.layers.utils import apply_penalties
 
-    generator = sampler.make_generator(params)
-    ids = list(prompt)
-    with torch.no_grad():
-        for _ in range(new_tokens):
-            logits = model(torch.tensor([ids])).logits[0, -1:].float()
-            out = torch.tensor([ids[len(prompt):]], dtype=torch.int64).view(1, -1)
-            logits = apply_penalties(logits, torch.tensor([prompt]), out,
-                                     torch.tensor([params.presence_penalty]),
-                                     torch.tensor([params.frequency_penalty]),
-                                     torch.tensor([params.repetition_penalty]))
-            ids.append(cpu_sample(logits[0], params, generator))
-    return ids[len(prompt):]
+    def penalized(logits, output):
+        out = torch.tensor([output], dtype=torch.int64).view(1, -1)
+        return apply_penalties(logits.view(1, -1), torch.tensor([prompt]), out,
+                               torch.tensor([params.presence_penalty]),
+                               torch.tensor([params.frequency_penalty]),
+                               torch.tensor([params.repetition_penalty]))[0]
+
+    return cpu_generate(model, prompt, params, penalized, new_tokens)
 
 
 def test_seeded_sampling_with_penalties_equals_the_cpu(llama_dir):
@@ -544,11 +529,7 @@ def test_seeded_sampling_with_penalties_equals_the_cpu(llama_dir):
     want = [cpu_penalized_sampled(model, p, s, PENALTY_TOKENS) for p, s in zip(prompts, params)]
     unpenalized = [SamplingParams(temperature=0.7, top_k=50, seed=3 + i) for i in range(2)]
     assert want != [cpu_sampled(model, p, s, PENALTY_TOKENS) for p, s in zip(prompts, unpenalized)]
-    llm = make_llm(llama_dir)
-    try:
-        got = spyre_generate(llm, prompts, params)
-    finally:
-        close(llm)
+    got = generate_once(llama_dir, prompts, params)
     assert got == want
 
 
@@ -563,12 +544,8 @@ def test_greedy_with_penalties_equals_vllms_cpu_penalties(llama_dir):
     params = [SamplingParams(temperature=0, max_tokens=PENALTY_TOKENS, ignore_eos=True,
                              **PENALTIES[name]) for name, _ in cases]
     want = [cpu_penalized_greedy(model, p, s)[0] for (_, p), s in zip(cases, params)]
-    llm = make_llm(llama_dir, max_num_seqs=16)
-    try:
-        got = spyre_generate(llm, [p for _, p in cases] + prompts,
-                             params + [greedy(PENALTY_TOKENS)] * len(prompts))
-    finally:
-        close(llm)
+    got = generate_once(llama_dir, [p for _, p in cases] + prompts,
+                        params + [greedy(PENALTY_TOKENS)] * len(prompts), max_num_seqs=16)
     assert got[len(cases):] == plain  # requests without penalties are untouched
     assert got[:len(cases)] == want
     # Every penalty changes the tokens of at least one prompt.
