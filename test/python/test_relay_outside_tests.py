@@ -143,3 +143,70 @@ def test_a_malformed_disabled_tests_file_is_a_usage_error(tmp_path):
                                      PYTORCH_ROOT=str(FIXTURES)))
     assert result.returncode == 2
     assert "expected upstream's form" in result.stderr
+
+
+FILE_LIMITS = {"flag": {"extra_args": ["--file-timeout", "2"]},
+               "config": {"global_text": "  global:\n    timeouts: {file_seconds: 2}\n"}}
+
+
+@pytest.mark.parametrize("how", FILE_LIMITS)
+def test_a_file_past_its_time_limit_fails_there_and_its_later_tests_are_not_run(tmp_path, how):
+    # Tests of 1.5 s under a per-file limit of 2 s: the second passes the
+    # limit and fails with the reason (in a restarted process, the time
+    # spent before counts), the later ones are skipped as not run, and the
+    # other file runs.
+    result, summary, junit = _run_relay(tmp_path, "test_slow_file.py", "test_passes.py",
+                                        **FILE_LIMITS[how])
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert _outcomes(summary) == {("test_slow_file.py", "test_a_sleeps"): "passed",
+                                  ("test_slow_file.py", "test_b_sleeps"): "failed",
+                                  ("test_slow_file.py", "test_c_sleeps"): "skipped",
+                                  ("test_slow_file.py", "test_d_hangs"): "skipped",
+                                  ("test_passes.py", "test_passes"): "passed"}
+    by_name = {t["name"]: t for t in summary["tests"]}
+    assert by_name["test_b_sleeps"]["message"] == \
+        "${TORCH_ROOT}/test_slow_file.py passed its per-file limit of 2 s during this test"
+    for name in ("test_c_sleeps", "test_d_hangs"):
+        assert by_name[name]["message"] == \
+            "not run: ${TORCH_ROOT}/test_slow_file.py used up its per-file limit of 2 s"
+    assert list(_junit_errors(junit)) == [("test_slow_file.py", "test_b_sleeps")]
+
+
+def test_a_test_that_fails_then_passes_on_a_rerun_is_flaky_not_passed(tmp_path):
+    # --reruns 2: the test failing once is flaky with its failed attempt kept
+    # (summary and JUnit flakyFailure), the one failing every time fails with
+    # its two earlier attempts (rerunFailure), the passing one runs once.
+    result, summary, junit = _run_relay(tmp_path, "test_flaky.py", extra_args=["--reruns", "2"],
+                                        env_extra={"RELAY_FIXTURE_ATTEMPTS":
+                                                   str(tmp_path / "attempts")})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert _outcomes(summary) == {("test_flaky.py", "test_a_fails_once"): "flaky",
+                                  ("test_flaky.py", "test_b_always_fails"): "failed",
+                                  ("test_flaky.py", "test_c_passes"): "passed"}
+    assert summary["totals"]["flaky"] == 1 and summary["totals"]["passed"] == 1
+    [flaky] = summary["flaky"]
+    assert flaky["nodeid"].endswith("/test_flaky.py::test_a_fails_once")
+    assert (flaky["attempts"], flaky["failures"]) == (2, ["AssertionError: attempt 1 fails"])
+    attempts = {t["name"]: t["attempts"] for t in summary["tests"]}
+    assert attempts == {"test_a_fails_once": 2, "test_b_always_fails": 3, "test_c_passes": 1}
+    assert f"flaky (passed on attempt 2): {flaky['nodeid']}" in result.stdout
+    cases = {case.get("name"): case for suite in junit for case in suite}
+    flaky = cases["test_a_fails_once"]
+    assert flaky.find("failure") is None
+    assert [e.get("message") for e in flaky.findall("flakyFailure")] == \
+        ["AssertionError: attempt 1 fails"]
+    failing = cases["test_b_always_fails"]
+    assert failing.find("failure") is not None and len(failing.findall("rerunFailure")) == 2
+    assert cases["test_c_passes"].find("flakyFailure") is None
+
+
+def test_reruns_from_the_config_make_a_run_with_only_flaky_tests_ok(tmp_path):
+    result, summary, _ = _run_relay(tmp_path, "test_flaky.py",
+                                    global_text="  global:\n    reruns: 1\n",
+                                    extra_args=["--", "-k", "not always_fails"],
+                                    env_extra={"RELAY_FIXTURE_ATTEMPTS":
+                                               str(tmp_path / "attempts")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert summary["ok"] is True and summary["reason"] is None
+    assert [f["nodeid"].rsplit("/", 1)[-1] for f in summary["flaky"]] == \
+        ["test_flaky.py::test_a_fails_once"]

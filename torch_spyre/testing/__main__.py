@@ -87,6 +87,13 @@ def _parser():
     r.add_argument("--test-timeout", type=float, default=None, metavar="SECONDS",
                    help="a test running longer is recorded as failed ('timed out after N s') "
                         "and the run goes on with the rest")
+    r.add_argument("--file-timeout", type=float, default=None, metavar="SECONDS",
+                   help="a file's tests may take SECONDS in all: the test running at the "
+                        "limit is recorded as failed and the file's later tests as skipped "
+                        "('not run: ...'), and the run goes on with the other files")
+    r.add_argument("--reruns", type=int, default=None, metavar="N",
+                   help="run a failing test up to N more times; one that then meets its "
+                        "mode is reported as flaky (not passed), with each failed attempt")
     r.add_argument("--memory-limit-mb", type=float, default=None, metavar="MB",
                    help="a test during which the test process's resident memory passes MB is "
                         "recorded as failed ('exceeded the memory guard') and the run goes on")
@@ -232,6 +239,15 @@ def _run(args):
         except ValueError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+    for flag, value in (("--test-timeout", args.test_timeout),
+                        ("--file-timeout", args.file_timeout),
+                        ("--memory-limit-mb", args.memory_limit_mb)):
+        if value is not None and value <= 0:
+            print(f"error: {flag} must be > 0", file=sys.stderr)
+            return 2
+    if args.reruns is not None and args.reruns < 0:
+        print("error: --reruns must be >= 0", file=sys.stderr)
+        return 2
     disabled = _disabled_tests_env(args)
     if disabled is None:
         return 2
@@ -282,13 +298,18 @@ def _shard_args(args, shard, stem):
 
 
 def _limit_args(args, config):
-    """The per-test timeout (--test-timeout, else the config's
-    global.timeouts.test_seconds) and memory guard (--memory-limit-mb, else
-    global.memory_limit_mb)."""
-    seconds = args.test_timeout or config.global_.test_timeout_s
-    megabytes = args.memory_limit_mb or config.global_.memory_limit_mb
-    return ([f"--relay-test-timeout={seconds}"] if seconds else []) + \
-        ([f"--relay-memory-limit-mb={megabytes}"] if megabytes else [])
+    """The per-test and per-file timeouts (--test-timeout, --file-timeout, else
+    the config's global.timeouts), the memory guard (--memory-limit-mb, else
+    global.memory_limit_mb) and the reruns (--reruns, else global.reruns):
+    a flag wins over the config."""
+    g = config.global_
+    chosen = (("--relay-test-timeout", args.test_timeout, g.test_timeout_s),
+              ("--relay-file-timeout", args.file_timeout, g.file_timeout_s),
+              ("--relay-memory-limit-mb", args.memory_limit_mb, g.memory_limit_mb),
+              ("--relay-reruns", args.reruns, g.reruns))
+    return [f"{option}={flag if flag is not None else configured}"
+            for option, flag, configured in chosen
+            if (flag if flag is not None else configured)]
 
 
 def _disabled_tests_env(args):
@@ -362,6 +383,8 @@ def _run_until_done(command, env, journal_path):
         summary = json.load(f)
     if summary["totals"]["tests"] == 0:
         print("relay: no test selected")
+    for flaky in summary["flaky"]:
+        print(f"relay: flaky (passed on attempt {flaky['attempts']}): {flaky['nodeid']}")
     return summary["exit_status"]
 
 

@@ -156,6 +156,8 @@ class GlobalConfig:
     supported_modules: list[str] | None = None
     discover_native_ops: bool = False
     test_timeout_s: float | None = None  # global.timeouts.test_seconds (CLI --test-timeout)
+    file_timeout_s: float | None = None  # global.timeouts.file_seconds (CLI --file-timeout)
+    reruns: int = 0  # global.reruns (CLI --reruns): extra attempts of a failing test
     memory_limit_mb: float | None = None  # global.memory_limit_mb (CLI --memory-limit-mb)
 
 
@@ -427,14 +429,21 @@ def _parse_global(v, node):
         return g
     fields = v.mapping(node, "global", allowed=("devices", "supported_dtypes", "supported_ops",
                                                 "supported_modules", "discover_native_ops",
-                                                "timeouts", "memory_limit_mb"))
+                                                "timeouts", "memory_limit_mb", "reruns"))
     if "timeouts" in fields:
-        limits = v.mapping(fields["timeouts"], "global.timeouts", allowed=("test_seconds",))
-        if "test_seconds" in limits:
-            g.test_timeout_s = v.scalar(limits["test_seconds"], "global.timeouts.test_seconds",
-                                        float)
-            if g.test_timeout_s <= 0:
-                v.fail(limits["test_seconds"], "global.timeouts.test_seconds must be > 0")
+        limits = v.mapping(fields["timeouts"], "global.timeouts",
+                           allowed=("test_seconds", "file_seconds"))
+        for key, attribute in (("test_seconds", "test_timeout_s"),
+                               ("file_seconds", "file_timeout_s")):
+            if key in limits:
+                seconds = v.scalar(limits[key], f"global.timeouts.{key}", float)
+                if seconds <= 0:
+                    v.fail(limits[key], f"global.timeouts.{key} must be > 0")
+                setattr(g, attribute, seconds)
+    if "reruns" in fields:
+        g.reruns = v.scalar(fields["reruns"], "global.reruns", int)
+        if g.reruns < 0:
+            v.fail(fields["reruns"], "global.reruns must be >= 0")
     if "memory_limit_mb" in fields:
         g.memory_limit_mb = v.scalar(fields["memory_limit_mb"], "global.memory_limit_mb", float)
         if g.memory_limit_mb <= 0:

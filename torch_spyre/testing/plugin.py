@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import defaultdict
 
 import pytest
 
@@ -57,6 +58,12 @@ def pytest_addoption(parser):
     group.addoption("--relay-test-timeout", type=float, default=None,
                     help="seconds a test may run; past it the test is recorded as failed "
                          "and the process exits (the CLI runs the rest); needs --relay-journal")
+    group.addoption("--relay-file-timeout", type=float, default=None,
+                    help="seconds a file's tests may take in all; past it the running test "
+                         "is recorded as failed and the file's later tests are skipped "
+                         "(needs --relay-journal)")
+    group.addoption("--relay-reruns", type=int, default=0,
+                    help="run a failing test up to N more times (a pass then is 'flaky')")
     group.addoption("--relay-memory-limit-mb", type=float, default=None,
                     help="resident memory (MB) the test process may reach during a test; "
                          "past it the same (needs --relay-journal)")
@@ -64,7 +71,8 @@ def pytest_addoption(parser):
 
 class RelayPlugin:
     def __init__(self, config_path, selection, summary_path=None, junit_path=None,
-                 journal_path=None, test_timeout=None, memory_limit_mb=None):
+                 journal_path=None, test_timeout=None, file_timeout=None,
+                 memory_limit_mb=None, reruns=0):
         from .config import load_config
         from .device_type import install, set_active_config
 
@@ -73,8 +81,14 @@ class RelayPlugin:
         self.journal = Journal(journal_path) if journal_path else None
         self.earlier = self.journal.records() if self.journal else {}
         self.selection = selection
-        self.test_timeout = test_timeout
+        self.test_timeout, self.file_timeout = test_timeout, file_timeout
         self.memory_limit_mb = memory_limit_mb
+        self.reruns = reruns
+        # Seconds each file's tests have taken, earlier processes included
+        # (the per-file limit spans the CLI's restarts).
+        self.file_seconds: dict[str, float] = defaultdict(float)
+        for record in self.earlier.values():
+            self.file_seconds[record["nodeid"].split("::")[0]] += record.get("duration_s", 0.0)
         self.outcomes: dict[str, Outcome] = {}
         self.file_errors: dict[str, dict] = {}
         self.started = time.time()
@@ -137,49 +151,88 @@ class RelayPlugin:
 
     # ---- running -----------------------------------------------------------
 
-    @pytest.hookimpl(wrapper=True)
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item, nextitem):
+        """pytest's own protocol, journalled, watched, and repeated while the
+        test fails (up to --relay-reruns more times). Only the last attempt's
+        reports reach pytest's reporters; the failed ones before it are kept
+        in the test's record, which makes a test that then meets its mode
+        'flaky', never 'passed'."""
+        from _pytest.runner import runtestprotocol
+
         outcome = self.outcomes.setdefault(item.nodeid, Outcome(item.nodeid))
         relay = item.stash.get(_RELAY, None)
-        if self.journal is not None and relay is not None:
+        if relay is not None:
             outcome.describe(item, relay)
+        file = item.nodeid.split("::")[0]
+        shown = outcome.file or file  # as the reports name it
+        file_left = None if self.file_timeout is None else \
+            self.file_timeout - self.file_seconds[file]
+        if file_left is not None and file_left <= 0:
+            item.add_marker(pytest.mark.skip(
+                reason=f"not run: {shown} used up its per-file limit of {self.file_timeout:g} s"))
+        if self.journal is not None and relay is not None:
             self.journal.write("start", outcome.start_record())
-        watchdog = self._watchdog(outcome)
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         try:
-            return (yield)
+            for attempt in range(self.reruns + 1):
+                started = time.monotonic()
+                watchdog = self._watchdog(outcome, shown, file_left)
+                try:
+                    reports = runtestprotocol(item, nextitem=nextitem, log=False)
+                finally:
+                    if watchdog is not None:
+                        watchdog.set()
+                    elapsed = time.monotonic() - started
+                    self.file_seconds[file] += elapsed
+                    if file_left is not None:
+                        file_left -= elapsed
+                if attempt == self.reruns or not any(r.failed for r in reports):
+                    break
+                # A failed class or module setup stays cached by pytest, so
+                # its rerun fails the same way: honest, if pointless.
+                outcome.add_failed_attempt(reports)
+            for report in reports:
+                item.ihook.pytest_runtest_logreport(report=report)
         finally:
-            if watchdog is not None:
-                watchdog.set()
+            item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
             if self.journal is not None:
                 self.journal.write("end", outcome.record())
+        return True
 
-    def _watchdog(self, outcome):
-        """A thread that, past the per-test time or the memory guard,
-        journals the test as failed and ends the process: a hung kernel
-        cannot be interrupted from Python, and memory a test holds cannot be
-        taken back, so only a fresh process (the CLI's restart) goes on.
-        Returns an event that stops it (None without limits)."""
-        if self.journal is None or (self.test_timeout is None
+    def _watchdog(self, outcome, file, file_left):
+        """A thread that, past the per-test or per-file time or the memory
+        guard, journals the test as failed and ends the process: a hung
+        kernel cannot be interrupted from Python, and memory a test holds
+        cannot be taken back, so only a fresh process (the CLI's restart)
+        goes on. Returns an event that stops it (None without limits)."""
+        if self.journal is None or (self.test_timeout is None and file_left is None
                                     and self.memory_limit_mb is None):
             return None
         import threading
         from .report import crash_record
 
         done = threading.Event()
-        deadline = None if self.test_timeout is None else time.monotonic() + self.test_timeout
+        started = time.monotonic()
+        limits = [(seconds, why) for seconds, why in (
+            (self.test_timeout, f"timed out after {self.test_timeout:g} s"
+             if self.test_timeout else ""),
+            (file_left, f"{file} passed its per-file limit of {self.file_timeout:g} s "
+                        "during this test" if file_left is not None else ""))
+            if seconds is not None]
 
         def watch():
             while not done.wait(WATCHDOG_PERIOD_S):
-                reason = None
-                if deadline is not None and time.monotonic() > deadline:
-                    reason = f"timed out after {self.test_timeout:g} s"
-                elif self.memory_limit_mb is not None:
+                elapsed = time.monotonic() - started
+                reason = next((why for seconds, why in limits if elapsed > seconds), None)
+                if reason is None and self.memory_limit_mb is not None:
                     rss_mb = resident_mb()
                     if rss_mb > self.memory_limit_mb:
                         reason = (f"exceeded the memory guard of {self.memory_limit_mb:g} MB "
                                   f"(resident {rss_mb:.0f} MB)")
                 if reason is not None and not done.is_set():
                     record = crash_record(outcome.start_record(), reason, by_watchdog=True)
+                    record["duration_s"] = round(outcome.duration + elapsed, 4)
                     self.journal.write("crash", record)
                     os._exit(EXIT_WATCHDOG)
 
@@ -362,7 +415,9 @@ def pytest_configure(config):
                              junit_path=config.getoption("--relay-junit"),
                              journal_path=config.getoption("--relay-journal"),
                              test_timeout=config.getoption("--relay-test-timeout"),
-                             memory_limit_mb=config.getoption("--relay-memory-limit-mb"))
+                             file_timeout=config.getoption("--relay-file-timeout"),
+                             memory_limit_mb=config.getoption("--relay-memory-limit-mb"),
+                             reruns=config.getoption("--relay-reruns"))
     except ConfigError as error:
         raise pytest.UsageError(f"spyre relay config: {error}") from None
     config.pluginmanager.register(plugin, "spyre-relay")

@@ -1,8 +1,9 @@
 """The relay's JSON summary and JUnit XML (a dashboard reads them).
 
 Outcomes per test: passed, failed (including errors and the unexpected pass
-of a strict xfail), xfailed, xpassed (unexpected pass of a plain xfail) and
-skipped. The summary groups them per file, per op and per module, with
+of a strict xfail), xfailed, xpassed (unexpected pass of a plain xfail),
+skipped, and flaky (failed, then met its mode on a rerun: not a failure of
+the run, never counted as passed). The summary groups them per file, per op and per module, with
 durations, sample counts, the config's sha256 and the torch version.
 """
 
@@ -14,7 +15,7 @@ import platform
 import time
 from collections import defaultdict
 
-OUTCOMES = ("passed", "failed", "xfailed", "xpassed", "skipped")
+OUTCOMES = ("passed", "failed", "xfailed", "xpassed", "skipped", "flaky")
 SCHEMA = "torch_spyre.relay.summary/1"
 
 
@@ -32,6 +33,7 @@ class Outcome:
         self.info, self.mode, self.why_mode, self.why_selected = {}, None, "", ""
         self.tags = []
         self.counts = {}
+        self.failed_attempts = []  # [{"message", "details", "error"}] before the last
 
     def describe(self, item, relay):
         self.file = _display_path(str(item.path))
@@ -59,6 +61,14 @@ class Outcome:
         elif report.when == "call":
             self._set("xpassed" if xfail else "passed", "")
 
+    def add_failed_attempt(self, reports):
+        """An attempt that failed and is run again (--relay-reruns)."""
+        self.duration += sum(r.duration for r in reports)
+        failed = next(r for r in reports if r.failed)
+        self.failed_attempts.append({"message": _first_line(failed),
+                                     "details": _full_text(failed)[-MAX_DETAILS:],
+                                     "error": failed.when != "call"})
+
     def _set(self, outcome, message):
         """False when an earlier failure stands (a failure in any phase does)."""
         if self.outcome == "failed":
@@ -74,13 +84,18 @@ class Outcome:
 
     def record(self):
         op = self.info.get("op") or {}
+        outcome = self.outcome or "skipped"
+        if self.failed_attempts and outcome != "failed":
+            outcome = "flaky"
         return {"nodeid": self.nodeid, "file": self.file, "class": self.class_name,
                 "name": self.name, "op": op.get("full_name"), "dtype": self.info.get("dtype"),
                 "module": self.info.get("module"), "mode": self.mode, "tags": self.tags,
-                "outcome": self.outcome or "skipped", "duration_s": round(self.duration, 4),
+                "outcome": outcome, "duration_s": round(self.duration, 4),
                 "samples": self.counts.get("samples", 0), "message": self.message,
                 "details": self.details, "error": self.error,
-                "why_mode": self.why_mode, "why_selected": self.why_selected}
+                "why_mode": self.why_mode, "why_selected": self.why_selected,
+                "attempts": len(self.failed_attempts) + 1,
+                "failed_attempts": self.failed_attempts}
 
 
 # The tail of a failure's report kept in the summary and JUnit: where the
@@ -163,6 +178,9 @@ def build_summary(records, *, config, selection, removed, wall_seconds, exit_sta
         "ops": dict(sorted(per_op.items())),
         "modules": dict(sorted(per_module.items())),
         "failures": [r for r in records if r["outcome"] == "failed"],
+        "flaky": [{"nodeid": r["nodeid"], "attempts": r["attempts"],
+                   "failures": [a["message"] for a in r["failed_attempts"]]}
+                  for r in records if r["outcome"] == "flaky"],
         "disabled": [{"nodeid": r["nodeid"], "issue": _disabling_issue(r["message"])}
                      for r in records if _disabling_issue(r["message"])],
         "native_ops": native_ops,
@@ -287,6 +305,13 @@ def _junit_case(suite, r):
     elif r["outcome"] in ("skipped", "xfailed"):
         ET.SubElement(case, "skipped", type="pytest." + (
             "xfail" if r["outcome"] == "xfailed" else "skip"), message=r["message"])
+    # Earlier failed attempts as Maven Surefire writes reruns, which JUnit
+    # readers (Jenkins, GitLab) show: a flaky test passes with its
+    # flakyFailure/flakyError, a failing one carries its rerunFailure/rerunError.
+    prefix = "rerun" if r["outcome"] == "failed" else "flaky"
+    for attempt in r.get("failed_attempts", ()):
+        kind = prefix + ("Error" if attempt["error"] else "Failure")
+        ET.SubElement(case, kind, message=attempt["message"]).text = attempt["details"]
 
 
 def write_json(path, data):
