@@ -80,6 +80,27 @@ def test_adapt_leaves_other_instances_alone():
     assert case.cpu_model.model.layers[0].self_attn._spyre_adapters == {"rotate_half"}
 
 
+def test_adapted_modules_share_one_forward_with_a_code_object_of_its_own():
+    case = _tiny("llama")
+    adapters.adapt(case.cpu_model)
+    forwards = {layer.self_attn.forward.__func__ for layer in case.cpu_model.model.layers}
+    assert len(forwards) == 1
+    [forward] = forwards
+    original = type(case.cpu_model.model.layers[0].self_attn).forward
+    assert forward.__code__ is not original.__code__
+
+
+def test_a_graph_break_inside_an_adapted_forward_compiles_in_every_layer():
+    # jetmoe's attention breaks the graph (expert sizes .tolist()): the
+    # resume functions torch.compile installs in the compiled frame's
+    # globals must be found by every layer's forward (was: NameError
+    # __resume_at_...)
+    arch = {a.name: a for a in configs.discover_architectures()}["jetmoe"]
+    result = runner.run_architecture(arch, ["compiled"], timed_runs=0)["compiled"]
+    assert result["status"] == "pass", result["error"]
+    assert result["adapters"].get("rotate_half") == configs.LAYERS
+
+
 def test_adapt_skips_models_without_rope():
     assert adapters.adapt(_tiny("gpt2").cpu_model) == {}
 

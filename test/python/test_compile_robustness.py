@@ -81,6 +81,42 @@ def test_host_fallback_next_to_device_programs():
                                rtol=2e-3)
 
 
+def test_an_assertion_raises_as_on_cpu_and_only_it_leaves_the_device():
+    # torch._assert_async (MoE routers in dbrx, longcat_flash): the check is
+    # a host kernel of its own, the work around it stays device programs, a
+    # failing check raises with its message
+    def f(x, idx):
+        torch._assert_async((idx < 4).all(), "an index out of range")
+        return x * 2 + idx
+    x, idx = torch.randn(4), torch.tensor([1.0, 2.0, 3.0, 0.0])
+    out, kinds = compile_run(f, x, idx)
+    torch.testing.assert_close(out.cpu(), x * 2 + idx)
+    host = [k for k in scheduling.compiled_kernels.values() if k.get("kind") == "host"]
+    assert len(host) == 1 and "device_assert_async" in host[0]["reason"]
+    assert "device" in kinds
+    compiled = torch.compile(f)
+    with pytest.raises(RuntimeError, match="an index out of range"):
+        compiled(*to_spyre((x, idx + 10)))
+        torch.spyre.synchronize()
+
+
+def test_softmax_backward_fma_is_a_device_program():
+    # Inductor's softmax backward is fma(-y, sum(g * y), g * y): on the
+    # device a multiply then an add, in fp32
+    def f(x, w):
+        return (torch.softmax(x, -1) * w).sum()
+    x, w = torch.randn(6, 40), torch.randn(6, 40)
+    torch._dynamo.reset()
+    scheduling.compiled_kernels.clear()
+    on_device = x.to("spyre").requires_grad_()
+    torch.compile(f)(on_device, w.to("spyre")).backward()
+    reference = x.clone().requires_grad_()
+    f(reference, w).backward()
+    torch.testing.assert_close(on_device.grad.cpu(), reference.grad, atol=1e-6, rtol=1e-5)
+    assert [k.get("kind", "device") for k in scheduling.compiled_kernels.values()] == \
+        ["device"] * len(scheduling.compiled_kernels)
+
+
 @pytest.mark.parametrize("op,shape", [("sum", (4, 300000)), ("amax", (3, 200000)),
                                       ("mean", (2, 131072)), ("var", (2, 131072)),
                                       ("sum_all", (300000,))])

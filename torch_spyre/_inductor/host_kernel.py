@@ -55,8 +55,9 @@ _REDUCTIONS = {"sum": "sum", "max": "amax", "min": "amin", "prod": "prod",
 
 
 class _Writer:
-    def __init__(self, node: CapturedNode, node_i: int, printer):
+    def __init__(self, node: CapturedNode, node_i: int, printer, kept: set[str]):
         self.node, self.i, self.p = node, node_i, printer
+        self.kept = kept  # the buffers stored; others are dead (an assertion's)
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
         shape = list(node.sizes) + list(node.reduction_sizes)
@@ -97,7 +98,15 @@ class _Writer:
         if op == "reduction":
             return self._reduction(v.args[0])
         name = op[len("libdevice_"):] if op.startswith("libdevice_") else op
+        if name == "device_assert_async":  # torch._assert_async: raise as CPU's kernel does
+            condition, message = v.args
+            checked = self.value(condition)
+            self.lines.append(f"if not bool(torch.all({checked})): "
+                              f"raise RuntimeError({str(message)!r})")
+            return checked
         args = [self.value(a) if isinstance(a, Value) else repr(a) for a in v.args]
+        if name == "fma" and len(args) == 3:
+            return self.tmp(f"({args[0]} * {args[1]} + {args[2]})")
         if name in _BINARY and len(args) == 2:
             return self.tmp(f"({args[0]} {_BINARY[name]} {args[1]})")
         if name in _FUNCS:
@@ -131,6 +140,8 @@ class _Writer:
             out.append(f"{var} = torch.arange({self.shape[k]}).view({view})")
         for st in self.node.stores:
             val = self.value(st.value)
+            if st.buffer not in self.kept:
+                continue
             store_shape = list(self.node.sizes)
             # The index is built over the iteration vars, reduced ones
             # included (size 1 in a store's index): drop them.
@@ -166,7 +177,9 @@ def _tensor_printer():
 
 def host_kernel_source(kernel_name: str, nodes: list[CapturedNode], loads: list[str],
                        stores: list[str]) -> str:
-    """Python source of `def kernel_name(*buffers)` (loads, then stores)."""
+    """Python source of `def kernel_name(*buffers)` (loads, then stores).
+    Values stored to a buffer not in `stores` (one Inductor removed as
+    unread, such as an assertion's) are computed, not kept."""
     printer = _tensor_printer().doprint
     lines = [f"def {kernel_name}({', '.join(loads + stores)}):",
              "    import torch",
@@ -176,7 +189,7 @@ def host_kernel_source(kernel_name: str, nodes: list[CapturedNode], loads: list[
     args = loads + stores
     lines.append("    flat = {" + ", ".join(f"{b!r}: host_storage({b})" for b in args) + "}")
     for i, node in enumerate(nodes):
-        for line in _Writer(node, i, printer).body():
+        for line in _Writer(node, i, printer, set(stores)).body():
             lines.append("    " + line)
     for b in stores:
         lines.append(f"    write_back({b}, flat[{b!r}])")

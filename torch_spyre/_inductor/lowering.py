@@ -494,6 +494,12 @@ def describe_kernel(plan: KernelPlan) -> dict:
             op.update(op="binary", name=BINARY_OPS[name], dtype=compute)
         elif name == "where":
             op.update(op="select", dtype=compute)
+        elif name == "fma":
+            # a * b + c, rounded twice in fp32 (one ulp of fp32 from a fused
+            # multiply-add; the vector unit has no three-operand op)
+            a, b, c = value_args
+            ops.append(dict(node=node_i, args=[a, b], op="binary", name="mul", dtype=compute))
+            op.update(op="binary", name="add", dtype=compute, args=[len(ops) - 1, c])
         else:
             raise SpyreLoweringError(f"{plan.name}: op {v.op!r} has no device lowering")
         ops.append(op)

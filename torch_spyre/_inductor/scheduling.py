@@ -91,6 +91,10 @@ class SpyreScheduling(sched.BaseScheduling):
         nodes = list(node1.get_nodes()) + list(node2.get_nodes())
         if not all(isinstance(n, sched.SchedulerNode) for n in nodes):
             return False
+        # An assertion has no device lowering: alone, it takes only itself to
+        # the host fallback, not the work it would be fused with.
+        if any(n.has_side_effects() for n in nodes):
+            return False
         try:
             check_group("fusion", [self._capture(n) for n in nodes], removable=set())
         except SpyreLoweringError:
@@ -145,7 +149,9 @@ class SpyreScheduling(sched.BaseScheduling):
         evaluation of its loop bodies (host_kernel.py)."""
         from .host_kernel import host_kernel_source, record
         reason = str(error).split(": ", 1)[-1]
-        produced = [st.buffer for c in captured for st in c.stores]
+        # A buffer no one reads (an assertion's) is neither allocated nor stored.
+        produced = [st.buffer for c in captured for st in c.stores
+                    if st.buffer not in V.graph.removed_buffers]
         produced = list(dict.fromkeys(produced))
         loads = []
         for c in captured:

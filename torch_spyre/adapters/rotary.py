@@ -101,13 +101,30 @@ def rotate_half_graph(gm: torch.fx.GraphModule) -> int:
 
 # --- module form: the attention forwards' apply_rotary_pos_emb --------------
 
+# One rebound copy per function and bindings, shared by every module it is
+# given to (see _rebind).
+_rebound: dict = {}
+
+
 def _rebind(fn, **names):
     """`fn` with some of its global names bound to other objects: a copy of
-    the function with its own globals (the defining module is untouched)."""
-    new = types.FunctionType(fn.__code__, {**fn.__globals__, **names}, fn.__name__,
+    the function with its own globals (the defining module is untouched).
+
+    torch.compile keeps what it compiled, and the resume functions of a
+    graph break, per code object, and installs those resume functions in the
+    globals of the frame it compiled. So the copy has a code object of its
+    own (the original stays compilable with its module's globals), and one
+    copy serves every module: a copy per module would share the code but
+    not the globals, and the second module would miss the first one's
+    resume functions (NameError: __resume_at_...)."""
+    key = (fn, tuple(sorted((name, id(value)) for name, value in names.items())))
+    if key in _rebound:
+        return _rebound[key][0]
+    new = types.FunctionType(fn.__code__.replace(), {**fn.__globals__, **names}, fn.__name__,
                              fn.__defaults__, fn.__closure__)
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__qualname__, new.__doc__ = fn.__qualname__, fn.__doc__
+    _rebound[key] = (new, names)  # the bound objects kept alive with their ids
     return new
 
 
