@@ -24,7 +24,6 @@
 
 #include "ops/elementwise_steps.h"
 #include "ops/launch.h"
-#include "ops/math_steps.h"
 
 namespace spyre::torch_glue::ops {
 namespace {
@@ -61,8 +60,8 @@ enum class Shape : uint8_t {
   kWhere,       // (cond, self, other)
   kMaskedFill,  // (self, mask, value)
   kTest,        // bool result of op(x, imm), or of op(x, x) for isnan
-  // Chains of vector ops for functions with no op of their own
-  // (math_steps.h).
+  // Functions with no vector op of their own: one named step each, which
+  // the kernel library expands (formulas.h, loop_kernel_emit.cpp).
   kLog1p,
   kExpm1,
   kSoftplus,  // (self, beta, threshold)
@@ -78,6 +77,20 @@ struct Family {
   double imm = 0;              // kTest's comparand
   bool integer_only = false;   // floating inputs go to the CPU fallback
 };
+
+kernels::ElementwiseStep::Kind named_kind(Shape shape) {
+  using Kind = kernels::ElementwiseStep::Kind;
+  switch (shape) {
+    case Shape::kLog1p:
+      return Kind::kLog1p;
+    case Shape::kExpm1:
+      return Kind::kExpm1;
+    case Shape::kAcos:
+      return Kind::kAcos;
+    default:
+      return Kind::kErfinv;
+  }
+}
 
 const Family* family_of(std::string_view name) {
   static const std::unordered_map<std::string_view, Family> families = {
@@ -427,21 +440,17 @@ void build_steps(const Family& family, const Call& call, Operands& ops) {
           rt::DType::kBool);
       return;
     case Shape::kLog1p:
-      log1p_steps(ops, ops.materialized(v[0]));
-      return;
     case Shape::kExpm1:
-      expm1_steps(ops, ops.materialized(v[0]));
+    case Shape::kAcos:
+    case Shape::kErfinv:
+      ops.push(kernels::named_step(named_kind(family.shape),
+                                   ops.materialized(v[0]), dtype));
       return;
     case Shape::kSoftplus:
-      softplus_steps(ops, ops.materialized(v[0]),
-                     compute_parameter(call.inputs[1].item(), ops.common),
-                     compute_parameter(call.inputs[2].item(), ops.common));
-      return;
-    case Shape::kAcos:
-      acos_steps(ops, ops.materialized(v[0]));
-      return;
-    case Shape::kErfinv:
-      erfinv_steps(ops, ops.materialized(v[0]));
+      ops.push(kernels::named_step(
+          kernels::ElementwiseStep::Kind::kSoftplus, ops.materialized(v[0]),
+          dtype, compute_parameter(call.inputs[1].item(), ops.common),
+          compute_parameter(call.inputs[2].item(), ops.common)));
       return;
   }
 }

@@ -180,6 +180,25 @@ LoopBuffer buffer_of(std::string name, const StickOperand& op, const Space& s,
   return b;
 }
 
+// The loop kernel op name of a named step kind.
+std::string named_op(ElementwiseStep::Kind kind) {
+  using Kind = ElementwiseStep::Kind;
+  switch (kind) {
+    case Kind::kExpm1:
+      return "expm1";
+    case Kind::kLog1p:
+      return "log1p";
+    case Kind::kAcos:
+      return "acos";
+    case Kind::kErfinv:
+      return "erfinv";
+    case Kind::kSoftplus:
+      return "softplus";
+    default:
+      throw KernelBuildError("a step kind with no loop kernel op name");
+  }
+}
+
 // The step's value as the next op of `lk`; `values` maps value numbers to
 // op ids.
 uint32_t add_step(LoopKernel& lk, const Space& s, const ElementwiseStep& step,
@@ -216,9 +235,14 @@ uint32_t add_step(LoopKernel& lk, const Space& s, const ElementwiseStep& step,
     }
     case Kind::kExpm1:
     case Kind::kLog1p:
+    case Kind::kAcos:
+    case Kind::kErfinv:
+    case Kind::kSoftplus:
       op.kind = LoopOpKind::kUnary;
-      op.name = step.kind == Kind::kExpm1 ? "expm1" : "log1p";
+      op.name = named_op(step.kind);
       op.args = {value_of(step.src[0])};
+      op.value = step.imm;
+      op.value2 = step.imm2;
       break;
     case Kind::kVector:
       switch (rt::vec_op_arity(step.op)) {
@@ -360,10 +384,12 @@ ElementwiseStep index_step(ElementwiseStep::Kind kind, double start,
   return s;
 }
 
-ElementwiseStep near_zero_step(bool expm1, int src, rt::DType dtype) {
+ElementwiseStep named_step(ElementwiseStep::Kind kind, int src, rt::DType dtype,
+                           double imm, double imm2) {
   ElementwiseStep s = unary_step(rt::VecOp::kCopy, src, dtype);
-  s.kind =
-      expm1 ? ElementwiseStep::Kind::kExpm1 : ElementwiseStep::Kind::kLog1p;
+  s.kind = kind;
+  s.imm = imm;
+  s.imm2 = imm2;
   return s;
 }
 

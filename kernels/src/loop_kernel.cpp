@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "loop_kernel_internal.h"
+#include "spyre/kernels/formulas.h"
 #include "spyre/kernels/reduce.h"
 #include "spyre/runtime/error.h"
 
@@ -395,9 +396,11 @@ void validate_loop_kernel(const LoopKernel& k) {
   }
 }
 
-LoopKernelProgram build_loop_kernel(const LoopKernel& k,
+LoopKernelProgram build_loop_kernel(const LoopKernel& described,
                                     const LoopKernelOptions& options) {
-  validate_loop_kernel(k);
+  validate_loop_kernel(described);
+  const std::optional<LoopKernel> expanded = expand_formulas(described);
+  const LoopKernel& k = expanded ? *expanded : described;
   const Target& target = options.target;
   const uint32_t num_cores = target.cores();
   const uint32_t reserve = target.chip.scratchpad_reserve;

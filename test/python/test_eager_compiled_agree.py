@@ -107,3 +107,24 @@ def test_compiled_expm1_log1p_keep_their_precision_near_zero(fn):
     a = torch.tensor([1e-7, -3e-6, 2e-5, 1e-3, 0.5, -0.25, 0.0, 3.0, float("inf")])
     got = _compiled(fn, a.to("spyre")).cpu()
     torch.testing.assert_close(got, fn(a), rtol=1e-6, atol=0)
+
+
+SPECIAL = [float("nan"), float("inf"), float("-inf"), 1.0, -1.0, 0.0, -0.0, 1.5, -1.5]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("fn", [torch.acos, torch.erfinv], ids=["acos", "erfinv"])
+def test_formula_functions_bit_for_bit_and_the_cpus(dtype, fn):
+    # chains of vector ops written once (kernels/formulas.h): the eager op
+    # and the compiled graph expand the same chain; NaN outside [-1, 1] and
+    # erfinv's infinities at +-1 as on the CPU
+    x = torch.cat([torch.rand(100, 300) * 2 - 1, torch.tensor(SPECIAL).expand(100, -1)], 1)
+    x = x.to(dtype)
+    on_device = x.to("spyre")
+    eager, compiled = _eager(fn, on_device).cpu(), _compiled(fn, on_device).cpu()
+    assert torch.equal(eager.view(torch.int16 if dtype != torch.float32 else torch.int32),
+                       compiled.view(torch.int16 if dtype != torch.float32 else torch.int32))
+    # fp32 within a few ulps; a 16-bit result may round the other way (one
+    # ulp of the dtype: assert_close's defaults for it)
+    tolerance = dict(atol=1e-6, rtol=1e-5) if dtype == torch.float32 else {}
+    torch.testing.assert_close(eager, fn(x.float()).to(dtype), equal_nan=True, **tolerance)

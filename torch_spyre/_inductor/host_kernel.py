@@ -49,7 +49,7 @@ _FUNCS = {"neg": "torch.neg", "abs": "torch.abs", "exp": "torch.exp", "log": "to
           "where": "torch.where", "square": "torch.square", "log2": "torch.log2",
           "atan": "torch.atan", "signbit": "torch.signbit", "trunc": "torch.trunc",
           "round": "torch.round", "isnan": "torch.isnan", "isinf": "torch.isinf",
-          "bitwise_not": "torch.bitwise_not"}
+          "bitwise_not": "torch.bitwise_not", "acos": "torch.acos", "erfinv": "torch.erfinv"}
 _REDUCTIONS = {"sum": "sum", "max": "amax", "min": "amin", "prod": "prod",
                "argmax": "argmax", "argmin": "argmin", "any": "any", "all": "all"}
 

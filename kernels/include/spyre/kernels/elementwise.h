@@ -69,17 +69,21 @@ struct ElementwiseStep {
   //   kRowIndex: imm + row * imm2 along the dim before cols;
   // and kRandom fills with RandFill draws: element e of the iteration (flat,
   // row-major over the iteration space) draws counter `offset + e`, so the
-  // numbers do not depend on the tiling or the core split. kExpm1 and kLog1p
-  // are exp(x) - 1 and log(1 + x) of src[0], accurate near 0: the loop
-  // kernel's unary ops of those names (one formula for eager and compiled
-  // code).
+  // numbers do not depend on the tiling or the core split. The named kinds
+  // (kExpm1, kLog1p, kAcos, kErfinv, kSoftplus with beta imm and threshold
+  // imm2) are the loop kernel's unary ops of those names applied to src[0]
+  // (expm1 and log1p emitted as such, the others chains of formulas.h): one
+  // formula for eager and compiled code.
   enum class Kind : uint8_t {
     kVector,
     kColIndex,
     kRowIndex,
     kRandom,
     kExpm1,
-    kLog1p
+    kLog1p,
+    kAcos,
+    kErfinv,
+    kSoftplus
   };
   Kind kind = Kind::kVector;
   rt::RandDist dist = rt::RandDist::kUniform;  // kRandom: imm, imm2 = a, b
@@ -106,8 +110,9 @@ ElementwiseStep select_step(int cond, int if_true, int if_false,
 ElementwiseStep fill_step(double value, rt::DType dtype);
 ElementwiseStep index_step(ElementwiseStep::Kind kind, double start,
                            double step, rt::DType dtype);
-// exp(x) - 1 (`expm1`) or log(1 + x) of value `src`, accurate near 0.
-ElementwiseStep near_zero_step(bool expm1, int src, rt::DType dtype);
+// A named kind (above) of value `src`; `imm`, `imm2`: its parameters.
+ElementwiseStep named_step(ElementwiseStep::Kind kind, int src, rt::DType dtype,
+                           double imm = 0, double imm2 = 0);
 ElementwiseStep random_step(rt::RandDist dist, double a, double b,
                             uint64_t seed, uint64_t offset, rt::DType dtype);
 
