@@ -2,7 +2,10 @@
 // floating point, integer and bool dtypes). Without these kernels the CPU
 // fallback quantizes on the CPU and then fails inside PyTorch trying to make
 // a quantized tensor on the device; instead each quantizing operator says
-// so and what to do.
+// so and what to do, and so does any operator that reaches the device's
+// quantized dispatch key (making a quantized tensor on spyre:
+// _empty_affine_quantized, or .to("spyre") of a quantized CPU tensor).
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -40,6 +43,16 @@ at::Tensor quantize_per_channel(const at::Tensor&, const at::Tensor&,
 at::Tensor quantize_per_tensor_dynamic(const at::Tensor&, at::ScalarType,
                                        bool) {
   refuse("quantize_per_tensor_dynamic");
+}
+
+void refuse_quantized_key(const c10::OperatorHandle& handle,
+                          torch::jit::Stack*) {
+  refuse(handle.schema().name().c_str());
+}
+
+TORCH_LIBRARY_IMPL(_, QuantizedPrivateUse1, m) {
+  m.fallback(
+      torch::CppFunction::makeFromBoxedFunction<&refuse_quantized_key>());
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -277,6 +277,18 @@ def test_quantize_on_spyre_is_a_clear_error():
     assert torch.allclose(q.dequantize(), x.cpu(), atol=0.05)
 
 
+def test_a_quantized_tensor_on_spyre_is_a_clear_error_by_any_route():
+    # PyTorch's own view tests make one with _empty_affine_quantized; a
+    # quantized CPU tensor moved over reaches empty_quantized
+    with pytest.raises(NotImplementedError,
+                       match="_empty_affine_quantized: quantized tensors are not supported"):
+        torch._empty_affine_quantized([2, 3], scale=0.1, zero_point=0, dtype=torch.quint8,
+                                      device="spyre")
+    q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)
+    with pytest.raises(NotImplementedError, match="quantized tensors are not supported on spyre"):
+        q.to("spyre")
+
+
 # --- recurrent layers -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
