@@ -188,7 +188,7 @@ void launch_elementwise(std::string_view name, c10::ArrayRef<at::Tensor> inputs,
   if (!out_operand) {
     at::Tensor fresh = empty_like_default(out);
     launch_elementwise(name, inputs, fresh, steps);
-    write_through_host(fresh, out);
+    write_unaddressable(fresh, out);
     return;
   }
   kernels::ElementwiseKernel kernel;
@@ -233,7 +233,7 @@ void launch_elementwise(std::string_view name, c10::ArrayRef<at::Tensor> inputs,
       at::Tensor like = at::empty_strided(
           out.sizes(), at::infer_dense_strides(out.sizes(), out.strides()),
           input.options());
-      write_through_host(input.expand(out.sizes()), like);
+      write_unaddressable(input.expand(out.sizes()), like);
       input = like;
       strides = it.strides(input, out.dim(), false);
       operand = stick_operand(input, sizes, strides, 0);

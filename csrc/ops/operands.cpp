@@ -118,6 +118,91 @@ void merge_uniform_outer_dims(std::vector<int64_t>& host,
   }
 }
 
+// `tensor` over more dims: each dim whose walk would carry from one dim of
+// its storage's host image into the next (a reshape that merged them, x of
+// [2, 8, 64] seen as [16, 64]) split at that boundary, so that every dim
+// walks within one host dim. The same elements at the same addresses in the
+// same order; the sizes of the split view, or nullopt when nothing splits.
+std::optional<std::vector<int64_t>> finer_sizes(const at::Tensor& tensor,
+                                                std::vector<int64_t>* strides) {
+  const std::vector<int64_t>& host = tensor_layout(tensor).host_sizes;
+  std::vector<int64_t> host_strides(host.size(), 1);
+  for (size_t k = host.size(); k-- > 1;) {
+    host_strides[k - 1] = host_strides[k] * host[k];
+  }
+  std::vector<int64_t> sizes;
+  strides->clear();
+  bool split = false;
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    int64_t n = tensor.size(d), s = tensor.stride(d);
+    std::vector<std::pair<int64_t, int64_t>> digits;  // innermost first
+    while (n > 1 && s > 0) {
+      // the outermost host dim whose stride divides s: the dim s walks
+      size_t k = 0;
+      while (k + 1 < host.size() && s % host_strides[k] != 0) ++k;
+      const int64_t step = s / host_strides[k];
+      const int64_t fits = host[k] % step == 0 ? host[k] / step : 0;
+      if (k == 0 || fits < 2 || n <= fits || n % fits != 0) break;
+      digits.emplace_back(fits, s);
+      n /= fits;
+      s *= fits;
+      split = true;
+    }
+    digits.emplace_back(n, s);
+    for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
+      sizes.push_back(it->first);
+      strides->push_back(it->second);
+    }
+  }
+  if (!split) return std::nullopt;
+  return sizes;
+}
+
+// dst <- src on the device through views of both over finer dims (above),
+// when one of them is dense (it can be viewed any way) and the other splits
+// into a view a kernel addresses. False otherwise.
+bool copy_through_finer_views(const at::Tensor& src, const at::Tensor& dst) {
+  thread_local bool active = false;  // the copy's own fallbacks stay plain
+  if (active || src.scalar_type() != dst.scalar_type() ||
+      src.sizes() != dst.sizes() || !has_device_dtype(src.scalar_type())) {
+    return false;
+  }
+  // The side whose dims split is viewed that way, the other (dense, so any
+  // view of it is plain) the same.
+  std::vector<int64_t> src_strides, dst_strides;
+  const auto dst_sizes = finer_sizes(dst, &dst_strides);
+  const auto src_sizes =
+      dst_sizes ? std::nullopt : finer_sizes(src, &src_strides);
+  at::Tensor from, to;
+  if (dst_sizes && src.is_contiguous()) {
+    to = dst.as_strided(*dst_sizes, dst_strides, dst.storage_offset());
+    from = src.view(*dst_sizes);
+  } else if (src_sizes && dst.is_contiguous()) {
+    from = src.as_strided(*src_sizes, src_strides, src.storage_offset());
+    to = dst.view(*src_sizes);
+  } else {
+    return false;
+  }
+  const Iteration it(to);
+  const auto out = stick_operand(to, it.sizes(), it.strides(to, to.dim(), true),
+                                 to.storage_offset());
+  if (!out || out->cols != kernels::StickOperand::Cols::kSticks ||
+      !out->lane_steps.empty() ||
+      !stick_operand(from, it.sizes(), it.strides(from, to.dim(), false),
+                     from.storage_offset())) {
+    return false;
+  }
+  active = true;
+  try {
+    launch_elementwise("copy", {from}, to, {kernels::copy_step()});
+  } catch (...) {
+    active = false;
+    throw;
+  }
+  active = false;
+  return true;
+}
+
 }  // namespace
 
 std::optional<rt::DType> maybe_device_dtype(at::ScalarType type) {
@@ -358,7 +443,11 @@ at::Tensor empty_like_default(const at::Tensor& tensor) {
   return at::empty(tensor.sizes(), tensor.options());
 }
 
-void write_through_host(const at::Tensor& src, const at::Tensor& dst) {
+void write_unaddressable(const at::Tensor& src, const at::Tensor& dst) {
+  if (copy_through_finer_views(src, dst)) {
+    ++op_counters().device_materializations;
+    return;
+  }
   ++op_counters().host_materializations;
   // Only dst's own bytes are written (the rest of its storage may be
   // written meanwhile on other streams).
@@ -384,7 +473,7 @@ at::Tensor materialize(const at::Tensor& tensor) {
     ++op_counters().device_materializations;
     return fresh;
   }
-  write_through_host(tensor, fresh);
+  write_unaddressable(tensor, fresh);
   return fresh;
 }
 

@@ -65,9 +65,11 @@ void check_out_apart(const at::Tensor& out,
 // An out= kernel's last step: out resized as PyTorch resizes outputs (a
 // warning when a non-empty out changes shape), then `result` copied in.
 at::Tensor& write_result(const at::Tensor& result, at::Tensor& out);
-// dst's elements <- src's (same shape), through dst's host image: the
-// general path for views no kernel can address (counted).
-void write_through_host(const at::Tensor& src, const at::Tensor& dst);
+// dst's elements <- src's (same shape) where one of them is a view no kernel
+// addresses as it is: on the device through views of both over finer dims
+// (a reshape's merged dims split again) when those address it, else through
+// dst's host image (counted as a host materialization).
+void write_unaddressable(const at::Tensor& src, const at::Tensor& dst);
 
 // The iteration space of an elementwise launch: out's dims of size > 1 (or
 // one dim of size 1), in out's memory order (outermost first), so a permuted

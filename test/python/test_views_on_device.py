@@ -177,3 +177,38 @@ def test_decode_step_heads_and_repeated_kv_heads(dtype):
     rep_dev = kv.to("spyre")[:, :, None].expand(2, 2, 2, 7, head_dim).reshape(2, 4, 7, head_dim)
     assert torch.equal((rep_dev.transpose(-1, -2) * 0.5).cpu(), rep.transpose(-1, -2) * 0.5)
     no_host_copies()
+
+
+# (storage shape, view of it, as the compiled MoE routers and Mamba mixers of
+# aria, axk1 and bamba read them): dims a reshape merged, split again into
+# the storage's own dims, then one device copy.
+MERGED_VIEWS = {
+    "first_two_dims": ((2, 8, 64), lambda t: t.view(16, 64)),
+    "flattened": ((2, 4, 8, 64), lambda t: t.view(-1)),
+    "batch_dims": ((2, 4, 32, 64), lambda t: t.view(8, 32, 64)),
+    "expanded_column": ((16, 2), lambda t: t.view(32, 1).expand(32, 2)),
+    "with_an_offset": ((3, 8, 64), lambda t: t[1:].reshape(16, 64)),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64], ids=str)
+@pytest.mark.parametrize("case", MERGED_VIEWS)
+def test_merged_dims_are_split_again_on_the_device(case, dtype):
+    shape, view = MERGED_VIEWS[case]
+    x = rand(shape, dtype) if dtype.is_floating_point else torch.randint(-9, 9, shape)
+    got = view(x.to("spyre")) + 1
+    assert torch.equal(got.cpu(), view(x) + 1)
+    assert torch.spyre.op_stats()["device_materializations"] >= 1
+    no_host_copies()
+
+
+def test_a_write_into_merged_dims_stays_on_the_device():
+    # out= a view whose dims merge two of its storage's: written through
+    # the split view, the rest of the storage untouched
+    base = torch.zeros(3, 8, 64)
+    on_device = base.to("spyre")
+    src = torch.randn(16, 64)
+    torch.add(src.to("spyre"), 1, out=on_device[1:].view(16, 64))
+    base[1:].view(16, 64).copy_(src + 1)
+    assert torch.equal(on_device.cpu(), base)
+    no_host_copies()
