@@ -3,6 +3,8 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "spyre/runtime/program.h"
