@@ -126,6 +126,8 @@ void merge_uniform_outer_dims(std::vector<int64_t>& host,
 std::optional<std::vector<int64_t>> finer_sizes(const at::Tensor& tensor,
                                                 std::vector<int64_t>* strides) {
   const std::vector<int64_t>& host = tensor_layout(tensor).host_sizes;
+  if (host.size() < 2)
+    return std::nullopt;  // one host dim: nothing to carry into
   std::vector<int64_t> host_strides(host.size(), 1);
   for (size_t k = host.size(); k-- > 1;) {
     host_strides[k - 1] = host_strides[k] * host[k];
