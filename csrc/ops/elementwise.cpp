@@ -62,11 +62,8 @@ enum class Shape : uint8_t {
   kTest,        // bool result of op(x, imm), or of op(x, x) for isnan
   // Functions with no vector op of their own: one named step each, which
   // the kernel library expands (formulas.h, loop_kernel_emit.cpp).
-  kLog1p,
-  kExpm1,
+  kNamed,     // Family::named of (self)
   kSoftplus,  // (self, beta, threshold)
-  kAcos,
-  kErfinv,
 };
 
 struct Family {
@@ -76,20 +73,16 @@ struct Family {
   bool floating_only = false;  // integer inputs go to the CPU fallback
   double imm = 0;              // kTest's comparand
   bool integer_only = false;   // floating inputs go to the CPU fallback
+  // kNamed: the step kind (log1p, expm1, acos, erfinv)
+  kernels::ElementwiseStep::Kind named =
+      kernels::ElementwiseStep::Kind::kVector;
 };
 
-kernels::ElementwiseStep::Kind named_kind(Shape shape) {
-  using Kind = kernels::ElementwiseStep::Kind;
-  switch (shape) {
-    case Shape::kLog1p:
-      return Kind::kLog1p;
-    case Shape::kExpm1:
-      return Kind::kExpm1;
-    case Shape::kAcos:
-      return Kind::kAcos;
-    default:
-      return Kind::kErfinv;
-  }
+// A function the kernel library expands from one named step.
+Family named_family(kernels::ElementwiseStep::Kind kind) {
+  Family family{Promotion::kFloat, Shape::kNamed};
+  family.named = kind;
+  return family;
 }
 
 const Family* family_of(std::string_view name) {
@@ -123,11 +116,11 @@ const Family* family_of(std::string_view name) {
       {"sigmoid", {Promotion::kFloat, Shape::kUnary, VecOp::kSigmoid}},
       {"reciprocal", {Promotion::kFloat, Shape::kUnary, VecOp::kRecip}},
       {"erf", {Promotion::kFloat, Shape::kUnary, VecOp::kErf}},
-      {"log1p", {Promotion::kFloat, Shape::kLog1p}},
-      {"expm1", {Promotion::kFloat, Shape::kExpm1}},
+      {"log1p", named_family(kernels::ElementwiseStep::Kind::kLog1p)},
+      {"expm1", named_family(kernels::ElementwiseStep::Kind::kExpm1)},
       {"softplus", {Promotion::kFloat, Shape::kSoftplus, VecOp::kCopy, true}},
-      {"acos", {Promotion::kFloat, Shape::kAcos}},
-      {"erfinv", {Promotion::kFloat, Shape::kErfinv}},
+      {"acos", named_family(kernels::ElementwiseStep::Kind::kAcos)},
+      {"erfinv", named_family(kernels::ElementwiseStep::Kind::kErfinv)},
       {"sin", {Promotion::kFloat, Shape::kUnary, VecOp::kSin}},
       {"cos", {Promotion::kFloat, Shape::kUnary, VecOp::kCos}},
       {"gelu", {Promotion::kFloat, Shape::kGelu, VecOp::kGelu, true}},
@@ -439,12 +432,9 @@ void build_steps(const Family& family, const Call& call, Operands& ops) {
           family.op == VecOp::kNe ? v[0] : Operands::Value{-1, family.imm},
           rt::DType::kBool);
       return;
-    case Shape::kLog1p:
-    case Shape::kExpm1:
-    case Shape::kAcos:
-    case Shape::kErfinv:
-      ops.push(kernels::named_step(named_kind(family.shape),
-                                   ops.materialized(v[0]), dtype));
+    case Shape::kNamed:
+      ops.push(
+          kernels::named_step(family.named, ops.materialized(v[0]), dtype));
       return;
     case Shape::kSoftplus:
       ops.push(kernels::named_step(
