@@ -5,8 +5,8 @@
 
 #include <array>
 #include <atomic>
+#include <map>
 #include <mutex>
-#include <unordered_map>
 
 #include "device_state.h"
 #include "pinned_host.h"
@@ -32,10 +32,22 @@ DeviceCounters& counters(c10::DeviceIndex index) {
 // Every live allocation by (device, address), so that a storage PyTorch
 // wrapped around a spyre address with a deleter of its own (a tensor
 // imported through DLPack, whose deleter releases the exporting tensor)
-// finds the allocation, and its layout, of the storage it shares.
+// finds the allocation, and its layout, of the memory it shares: ordered,
+// since a view's storage starts inside its allocation.
 struct LiveAllocations {
   std::mutex mutex;
-  std::unordered_map<rt::DevicePtr, const Allocation*> by_ptr[kMaxDevices];
+  std::map<rt::DevicePtr, const Allocation*> by_ptr[kMaxDevices];
+
+  // The allocation whose device memory holds `ptr`, or null.
+  const Allocation* containing(c10::DeviceIndex device, rt::DevicePtr ptr) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    auto after = by_ptr[device].upper_bound(ptr);
+    if (after == by_ptr[device].begin()) return nullptr;
+    const Allocation* allocation = std::prev(after)->second;
+    return ptr < allocation->ptr + allocation->layout->device_bytes()
+               ? allocation
+               : nullptr;
+  }
 };
 
 LiveAllocations& live_allocations() {
@@ -220,6 +232,23 @@ PinnedHostAllocator g_pinned_allocator;
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_device_allocator);
 REGISTER_HOST_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_pinned_allocator);
 
+// What an empty storage wrapped by PyTorch (the DLPack of an empty view)
+// has of an allocation: no memory, and an empty byte layout.
+const Allocation& empty_allocation(c10::DeviceIndex device) {
+  static const auto* empties = [] {
+    auto* all = new std::array<Allocation, kMaxDevices>;
+    const int64_t none = 0;
+    const auto layout = std::make_shared<const DeviceLayout>(
+        make_default_layout({&none, 1}, 1));
+    for (size_t i = 0; i < all->size(); ++i) {
+      (*all)[i].device = static_cast<c10::DeviceIndex>(i);
+      (*all)[i].layout = layout;
+    }
+    return all;
+  }();
+  return (*empties)[device];
+}
+
 }  // namespace
 
 c10::DataPtr allocate_with_layout(c10::DeviceIndex device,
@@ -268,30 +297,26 @@ const Allocation& allocation_of(const c10::Storage& storage) {
     return *static_cast<const Allocation*>(data.get_context());
   }
   // A storage wrapped around a spyre address by PyTorch (torch.from_dlpack):
-  // the allocation it shares, which the wrapper's deleter keeps alive. The
-  // device layout describes the whole allocation, so only a storage that is
-  // the whole of it can use it.
-  const auto ptr = reinterpret_cast<rt::DevicePtr>(data.get());
+  // the allocation it shares, which the wrapper's deleter keeps alive. A
+  // view's storage begins inside it (storage_window_bytes).
   const c10::DeviceIndex device = resolve_device_index(data.device().index());
-  const Allocation* allocation = nullptr;
-  {
-    LiveAllocations& live = live_allocations();
-    const std::lock_guard<std::mutex> lock(live.mutex);
-    const auto found = live.by_ptr[device].find(ptr);
-    if (found != live.by_ptr[device].end()) allocation = found->second;
-  }
-  TORCH_CHECK(ptr != 0 && (allocation != nullptr ||
-                           runtime_allocator(device).find(ptr).bytes > 0),
-              "spyre: storage on ", data.device(),
+  if (storage.nbytes() == 0) return empty_allocation(device);
+  const auto ptr = reinterpret_cast<rt::DevicePtr>(data.get());
+  const Allocation* allocation = live_allocations().containing(device, ptr);
+  TORCH_CHECK(allocation != nullptr, "spyre: storage on ", data.device(),
               " was not allocated by the spyre allocator");
-  TORCH_CHECK(allocation != nullptr &&
-                  allocation->layout->host_bytes() == storage.nbytes(),
-              "spyre: this tensor shares part of a spyre storage through "
-              "DLPack (a view with a storage offset or of fewer elements "
-              "than its storage), which the device cannot address on its "
-              "own; export a whole tensor (x.clone() or x.contiguous() "
-              "before to_dlpack) or use the view directly");
+  const uint64_t window = ptr - allocation->ptr;
+  TORCH_CHECK(window + storage.nbytes() <= allocation->layout->host_bytes(),
+              "spyre: a storage of ", storage.nbytes(), " bytes from byte ",
+              window, " of a spyre tensor's ", allocation->layout->host_bytes(),
+              " reaches past its end; export the tensor itself");
   return *allocation;
+}
+
+uint64_t storage_window_bytes(const c10::Storage& storage) {
+  if (storage.nbytes() == 0) return 0;
+  return reinterpret_cast<rt::DevicePtr>(storage.data()) -
+         allocation_of(storage).ptr;
 }
 
 void record_stream(const c10::DataPtr& data, const c10::Stream& stream) {

@@ -26,7 +26,12 @@ c10::DataPtr allocate_with_layout(c10::DeviceIndex device, DeviceLayout layout);
 c10::DataPtr allocate_with_layout(c10::DeviceIndex device,
                                   std::shared_ptr<const DeviceLayout> layout);
 // The allocation behind a spyre storage; raises if it is not one of ours.
+// A storage PyTorch wrapped around a spyre address (torch.from_dlpack) may
+// be part of one: that of a view starts inside the allocation it shares.
 const Allocation& allocation_of(const c10::Storage& storage);
+// Where the storage begins in its allocation's host image, in bytes: 0 but
+// for a storage PyTorch wrapped around a view of a spyre tensor.
+uint64_t storage_window_bytes(const c10::Storage& storage);
 
 void record_stream(const c10::DataPtr& data, const c10::Stream& stream);
 

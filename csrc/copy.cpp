@@ -182,9 +182,8 @@ at::Tensor view_in_image(const at::Tensor& view, const at::Tensor& image) {
 using Runs = std::vector<rt::Device::CopyRun>;
 std::shared_ptr<const Runs> runs_of(const at::Tensor& view) {
   try {
-    return std::make_shared<const Runs>(
-        kernels::view_runs(tensor_layout(view), view.sizes(), view.strides(),
-                           view.storage_offset()));
+    return std::make_shared<const Runs>(kernels::view_runs(
+        tensor_layout(view), view.sizes(), view.strides(), image_offset(view)));
   } catch (const std::invalid_argument& error) {
     TORCH_CHECK_INDEX(false, "spyre: ", error.what());
   }
@@ -204,13 +203,15 @@ struct Geometry {
   int64_t offset;
   at::ScalarType dtype;
 
-  explicit Geometry(const at::Tensor& t)
+  // `t` from element `offset` of the buffer it will be seen over (its
+  // storage offset over its storage).
+  Geometry(const at::Tensor& t, int64_t offset)
       : sizes(t.sizes().vec()),
         strides(t.strides().vec()),
-        offset(t.storage_offset()),
+        offset(offset),
         dtype(t.scalar_type()) {}
 
-  // The tensor over `base`, a pointer to element 0 of its storage.
+  // The tensor over `base`, a pointer to element 0 of that buffer.
   at::Tensor over(void* base, int64_t storage_elements) const {
     return at::from_blob(base, {storage_elements},
                          at::TensorOptions().dtype(dtype))
@@ -278,7 +279,8 @@ void copy_to_host(const at::Tensor& src, const at::Tensor& dst,
   // The work keeps both storages alive until it has run.
   const c10::Storage dst_storage = dst.storage();
   auto work = [device, layout, ptr, storage, dst_storage, straight, runs,
-               src_geometry = Geometry(src), dst_geometry = Geometry(dst),
+               src_geometry = Geometry(src, image_offset(src)),
+               dst_geometry = Geometry(dst, dst.storage_offset()),
                dst_data = static_cast<uint8_t*>(dst.data_ptr())]() {
     if (straight) return download_image(*device, ptr, *layout, dst_data);
     const int64_t dst_elements = static_cast<int64_t>(
@@ -295,7 +297,7 @@ void copy_to_host(const at::Tensor& src, const at::Tensor& dst,
       return ns;
     }
     // A view: the whole image, then the view's elements from it.
-    const std::shared_ptr<Bytes> image = staging_buffer(storage.nbytes());
+    const std::shared_ptr<Bytes> image = staging_buffer(layout->host_bytes());
     const double ns = download_image(*device, ptr, *layout, image->data());
     const int64_t element = c10::elementSize(src_geometry.dtype);
     const at::Tensor from = src_geometry.over(
@@ -516,8 +518,30 @@ void record_card_link(c10::DeviceIndex device, uint64_t bytes) {
 }
 
 bool covers_storage(const at::Tensor& tensor) {
-  return tensor.storage_offset() == 0 && tensor.is_contiguous() &&
-         tensor.nbytes() == tensor.storage().nbytes();
+  return image_offset(tensor) == 0 && tensor.is_contiguous() &&
+         tensor.nbytes() == tensor.storage().nbytes() &&
+         tensor.nbytes() == tensor_layout(tensor).host_bytes();
+}
+
+int64_t storage_window(const at::Tensor& tensor) {
+  const uint64_t bytes = storage_window_bytes(tensor.storage());
+  if (bytes == 0) return 0;
+  const auto element = static_cast<uint64_t>(tensor.element_size());
+  TORCH_CHECK_VALUE(bytes % element == 0,
+                    "spyre: this tensor's storage "
+                    "begins at byte ",
+                    bytes,
+                    " of the spyre tensor it "
+                    "shares (DLPack), inside a ",
+                    tensor.scalar_type(),
+                    " element; export it in the dtype it is read as");
+  return static_cast<int64_t>(bytes / element);
+}
+
+bool shares_memory(const at::Tensor& a, const at::Tensor& b) {
+  if (a.storage().is_alias_of(b.storage())) return true;
+  if (a.storage().nbytes() == 0 || b.storage().nbytes() == 0) return false;
+  return &allocation_of(a.storage()) == &allocation_of(b.storage());
 }
 
 const DeviceLayout& tensor_layout(const at::Tensor& tensor) {
@@ -529,12 +553,10 @@ const DeviceLayout& tensor_layout(const at::Tensor& tensor) {
 
 at::Tensor host_image(const c10::Storage& storage) {
   const Allocation& allocation = allocation_of(storage);
-  at::Tensor image =
-      at::empty({static_cast<int64_t>(storage.nbytes())}, at::kByte);
-  if (storage.nbytes() == 0) return image;
-  TORCH_INTERNAL_ASSERT(allocation.layout->host_bytes() == storage.nbytes(),
-                        "spyre: storage of ", storage.nbytes(),
-                        " bytes has layout ", allocation.layout->to_string());
+  if (storage.nbytes() == 0) return at::empty({0}, at::kByte);
+  // The allocation's whole image, of which the storage may be a window.
+  at::Tensor image = at::empty(
+      {static_cast<int64_t>(allocation.layout->host_bytes())}, at::kByte);
   rt::Device* device = &runtime_device(allocation.device);
   const uint64_t bytes = allocation.layout->device_bytes();
   // The work writes `image`, which outlives it: the wait below returns only
@@ -546,7 +568,8 @@ at::Tensor host_image(const c10::Storage& storage) {
   rt::Stream& stream = stream_of(allocation.device);
   call_runtime([&] { stream.enqueue(counted_copy(bytes, std::move(work))); });
   wait_for(stream);
-  return image;
+  return image.narrow(0, static_cast<int64_t>(storage_window_bytes(storage)),
+                      static_cast<int64_t>(storage.nbytes()));
 }
 
 void write_image(const c10::Storage& storage, const uint8_t* image,

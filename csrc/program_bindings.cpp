@@ -24,6 +24,7 @@
 #include "spyre/runtime/error.h"
 #include "spyre/runtime/patcher.h"
 #include "spyre/runtime/program.h"
+#include "storage_ops.h"
 
 namespace py = pybind11;
 namespace rt = spyre::rt;
@@ -421,13 +422,13 @@ class CompiledProgram {
   // shared with nothing else).
   static bool bindable(const at::Tensor& tensor, const rt::ArgSlot& slot) {
     if (slot.layout.device_size.empty()) return true;
-    if (tensor.storage_offset() != 0 ||
-        glue::allocation_of(tensor.storage()).layout->device_size !=
-            slot.layout.device_size) {
+    const glue::DeviceLayout& layout = glue::tensor_layout(tensor);
+    if (glue::image_offset(tensor) != 0 ||
+        layout.device_size != slot.layout.device_size) {
       return false;
     }
     return !slot.is_output ||
-           tensor.storage().nbytes() ==
+           layout.host_bytes() ==
                static_cast<size_t>(tensor.numel()) * tensor.element_size();
   }
   uint64_t relayouts() const { return relayouts_; }

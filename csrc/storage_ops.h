@@ -51,8 +51,23 @@ class CardLinkStaging {
 // link totals of torch.spyre.device_time_stats().
 void record_card_link(c10::DeviceIndex device, uint64_t bytes);
 
+// The layout of the allocation holding `tensor`'s storage.
 const DeviceLayout& tensor_layout(const at::Tensor& tensor);
-// True when `tensor` is the whole storage, contiguous, from offset 0.
+// Where `tensor`'s storage begins in that layout's host image, in elements
+// of its dtype: 0 but for a storage PyTorch wrapped around a view of a spyre
+// tensor (torch.from_dlpack), which shares that tensor's allocation.
+int64_t storage_window(const at::Tensor& tensor);
+// Where `tensor`'s element 0 is in that host image, the offset the layout
+// addresses: its storage offset within its storage's window.
+inline int64_t image_offset(const at::Tensor& tensor) {
+  return storage_window(tensor) + tensor.storage_offset();
+}
+// Whether two spyre tensors' storages share device memory: the same
+// storage, or storages PyTorch wrapped around one allocation (DLPack), which
+// c10::Storage::is_alias_of does not see.
+bool shares_memory(const at::Tensor& a, const at::Tensor& b);
+// True when `tensor` is the whole of its allocation, contiguous, from
+// element 0.
 bool covers_storage(const at::Tensor& tensor);
 
 }  // namespace spyre::torch_glue

@@ -19,6 +19,7 @@
 #include "ops/launch_memo.h"
 #include "ops/restickify.h"
 #include "spyre/runtime/stream.h"
+#include "storage_ops.h"
 
 namespace spyre::torch_glue::ops {
 namespace {
@@ -57,7 +58,7 @@ class LaunchRange {
 
 bool same_view(const at::Tensor& a, const std::vector<int64_t>& a_strides,
                const at::Tensor& b, const std::vector<int64_t>& b_strides) {
-  return a.storage_offset() == b.storage_offset() && a_strides == b_strides;
+  return image_offset(a) == image_offset(b) && a_strides == b_strides;
 }
 
 // Runs the launch the memo knows under `signature` on the tensors as given;
@@ -151,7 +152,7 @@ Iteration iteration_for(c10::ArrayRef<at::Tensor> inputs,
         .has_value();
   };
   for (const at::Tensor& input : inputs) {
-    if (input.storage().is_alias_of(out.storage())) continue;
+    if (shares_memory(input, out)) continue;
     if (!readable(plain, input) && readable(unit_rows, input)) return unit_rows;
   }
   return plain;
@@ -209,7 +210,7 @@ void launch_elementwise(std::string_view name, c10::ArrayRef<at::Tensor> inputs,
     std::vector<int64_t> strides = it.strides(input, out.dim(), false);
     // An input sharing the output's storage through another view could be
     // read by one core after another core wrote it: read a copy instead.
-    if (input.storage().is_alias_of(out.storage()) &&
+    if (shares_memory(input, out) &&
         !same_view(input, strides, out, out_strides)) {
       input = materialize(input);
       strides = it.strides(input, out.dim(), false);
@@ -268,7 +269,7 @@ void device_copy(const at::Tensor& src, const at::Tensor& dst) {
   // A source along other sticks than dst (a transpose made contiguous) is
   // re-laid out straight into dst; one that shares dst's storage is copied
   // by the elementwise path, which reads a snapshot of it first.
-  if (!src.storage().is_alias_of(dst.storage()) && restickify_copy(src, dst)) {
+  if (!shares_memory(src, dst) && restickify_copy(src, dst)) {
     return;
   }
   const bool to_bool =

@@ -9,7 +9,7 @@ namespace {
 void write_operand(kernels::KeyWriter& signature, const at::Tensor& tensor) {
   signature.add(tensor.scalar_type());
   signature.add_list(tensor.sizes()).add_list(tensor.strides());
-  signature.add(tensor.storage_offset());
+  signature.add(image_offset(tensor));
   const DeviceLayout& layout = tensor_layout(tensor);
   signature.add(layout.element_size).add_list(layout.host_sizes);
   signature.add_list(layout.device_size).add_list(layout.dim_map);
@@ -32,10 +32,10 @@ bool write_launch_signature(kernels::KeyWriter& signature,
   signature.add(static_cast<uint64_t>(inputs.size()));
   for (const at::Tensor& input : inputs) {
     if (input.device() != out.device()) return false;
-    const bool aliased = input.storage().is_alias_of(out.storage());
+    const bool aliased = shares_memory(input, out);
     if (aliased &&
         !(input.sizes() == out.sizes() && input.strides() == out.strides() &&
-          input.storage_offset() == out.storage_offset())) {
+          image_offset(input) == image_offset(out))) {
       return false;
     }
     write_operand(signature, input);

@@ -263,7 +263,7 @@ std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor,
   // Coordinates of element 0 of the view, and how far the view reaches
   // along each host dim from there.
   std::vector<int64_t> start(host.size()), reach(host.size(), 0);
-  int64_t rest = offset;
+  int64_t rest = storage_window(tensor) + offset;
   for (size_t j = 0; j < host.size(); ++j) {
     start[j] = rest / host_strides[j];
     rest %= host_strides[j];
@@ -404,7 +404,7 @@ std::vector<int64_t> Iteration::strides(const at::Tensor& t, int64_t out_rank,
 
 // Element offsets [first, last] a view reaches in its storage.
 std::pair<int64_t, int64_t> element_span(const at::Tensor& t) {
-  int64_t lo = t.storage_offset(), hi = t.storage_offset();
+  int64_t lo = image_offset(t), hi = lo;
   for (int64_t d = 0; d < t.dim(); ++d) {
     const int64_t reach = (t.size(d) - 1) * t.stride(d);
     (reach < 0 ? lo : hi) += reach;
@@ -423,7 +423,7 @@ void check_out_apart(const at::Tensor& out,
     // temporary reproduces. Views of one storage that reach into each other
     // are refused instead.
     if (at::get_overlap_status(out, input) == at::MemOverlapStatus::TooHard &&
-        out.storage().is_alias_of(input.storage())) {
+        shares_memory(out, input)) {
       const auto [out_lo, out_hi] = element_span(out);
       const auto [in_lo, in_hi] = element_span(input);
       TORCH_CHECK(out_hi < in_lo || in_hi < out_lo,

@@ -234,13 +234,104 @@ def test_dlpack_of_permuted_view_and_lifetime():
     assert torch.spyre.memory_allocated() < base
 
 
-def test_dlpack_of_a_partial_view_says_what_to_do():
-    x = torch.randn(4, 6).to("spyre")
-    y = torch.from_dlpack(torch.utils.dlpack.to_dlpack(x[1:]))
-    with pytest.raises(RuntimeError, match="export a whole tensor"):
-        y.cpu()
-    z = torch.from_dlpack(torch.utils.dlpack.to_dlpack(x[1:].clone()))
-    assert torch.equal(z.cpu(), x[1:].cpu())
+def from_dlpack(tensor):
+    return torch.from_dlpack(torch.utils.dlpack.to_dlpack(tensor))
+
+
+VIEWS = {
+    "rows": lambda t: t[1:],
+    "prefix": lambda t: t[:2],
+    "columns": lambda t: t[:, 2:5],
+    "element": lambda t: t[2, 3],
+    "transposed_rows": lambda t: t[1:].t(),
+    "strided": lambda t: t[::2, 1::2],
+    "flat_run": lambda t: t.view(-1)[7:20],
+    "empty": lambda t: t[4:],
+}
+
+
+@pytest.mark.parametrize("dtype", DLPACK_DTYPES)
+@pytest.mark.parametrize("view", VIEWS)
+def test_dlpack_of_a_view_reads_and_computes_as_the_cpu(dtype, view):
+    cpu = (torch.arange(4 * 6) % 7).reshape(4, 6).to(dtype)
+    x = cpu.to("spyre")
+    y = from_dlpack(VIEWS[view](x))
+    expected = VIEWS[view](cpu)
+    assert y.shape == expected.shape and y.dtype == dtype
+    assert torch.equal(y.cpu(), expected)
+    assert torch.equal((y == 3).cpu(), expected == 3)
+    if dtype != torch.bool:
+        assert torch.equal((y * 2).cpu(), expected * 2)
+
+
+def test_dlpack_of_a_view_writes_only_its_elements_of_the_exporter():
+    cpu = torch.randn(4, 64)
+    x = cpu.to("spyre")
+    rows = from_dlpack(x[1:3])
+    rows.fill_(5.0)
+    cpu[1:3] = 5.0
+    rows.mul_(torch.arange(64.0, device="spyre"))
+    cpu[1:3] *= torch.arange(64.0)
+    block = from_dlpack(x[2:4, 10:20])
+    block.copy_(torch.ones(2, 10))  # from the host
+    cpu[2:4, 10:20] = 1.0
+    torch.add(from_dlpack(x[0]), 1, out=from_dlpack(x[3]))
+    cpu[3] = cpu[0] + 1
+    assert torch.equal(x.cpu(), cpu)
+
+
+def test_dlpack_of_a_view_is_seen_to_share_the_exporters_memory():
+    # Different storages to PyTorch (is_alias_of is false), one allocation on
+    # the device: an op reading one and writing the other overlapping it
+    # reads a snapshot, as the CPU's own tensor would.
+    x = torch.arange(10.0).to("spyre")
+    cpu = torch.arange(10.0)
+    x[1:].add_(from_dlpack(x[:-1]))
+    cpu[1:] += cpu[:-1].clone()
+    assert torch.equal(x.cpu(), cpu)
+
+
+def test_dlpack_of_a_view_matmul_reduction_compile_and_reexport():
+    cpu = torch.randn(8, 64)
+    x = cpu.to("spyre")
+    y = from_dlpack(x[2:6])
+    weight = torch.randn(64, 16)
+    torch.testing.assert_close((y @ weight.to("spyre")).cpu(), cpu[2:6] @ weight,
+                               rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(y.sum(0).cpu(), cpu[2:6].sum(0), rtol=1e-5, atol=1e-5)
+    compiled = torch.compile(lambda t: torch.relu(t) * 2 + 1)
+    torch.testing.assert_close(compiled(y).cpu(), torch.relu(cpu[2:6]) * 2 + 1)
+    again = from_dlpack(from_dlpack(x[1:])[2:])  # a view of an imported view
+    assert torch.equal(again.cpu(), cpu[3:])
+
+
+def test_dlpack_of_a_view_keeps_the_exporter_alive_and_frees_once():
+    cpu = torch.randn(16, 32)
+    x = cpu.to("spyre")
+    torch.spyre.synchronize()
+    base = torch.spyre.memory_allocated()
+    y = from_dlpack(x[3:9, 4:])
+    del x
+    assert torch.equal(y.cpu(), cpu[3:9, 4:])
+    assert torch.spyre.memory_allocated() == base
+    del y
+    torch.spyre.synchronize()
+    assert torch.spyre.memory_allocated() < base
+
+
+def test_dlpack_of_a_byte_view_reads_any_offset_and_refuses_a_split_element():
+    cpu = torch.randn(40, 70)
+    x = cpu.to("spyre")
+    for start in (1, 3, 130, 1001):
+        raw = from_dlpack(x.view(torch.uint8).view(-1)[start:start + 300])
+        assert torch.equal(raw.cpu(), cpu.view(torch.uint8).view(-1)[start:start + 300])
+    halves = from_dlpack(x.view(torch.int16)[3:, 5:])
+    assert torch.equal(halves.cpu(), cpu.view(torch.int16)[3:, 5:])
+    odd = from_dlpack(x.view(torch.uint8).view(-1)[1:9]).view(torch.float16)
+    with pytest.raises(ValueError, match="inside a Half element"):
+        odd.cpu()
+    with pytest.raises(RuntimeError, match="not resizable"):
+        from_dlpack(x[2:]).resize_(10_000)
 
 
 # --- tensor metadata --------------------------------------------------------------------
