@@ -9,12 +9,15 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <optional>
 
 #include "device_state.h"
 #include "fallback_stats.h"
 #include "generator.h"
 #include "ops/launch.h"
+#include "ops/operands.h"
 
 namespace spyre::torch_glue {
 namespace {
@@ -104,6 +107,41 @@ void check_same_device(const std::string& op_name,
   }
 }
 
+// The first spyre tensor argument of a dtype the device computes nothing in
+// (float64, complex, int16, ...), if any.
+std::optional<at::ScalarType> dtype_without_kernels(
+    c10::ArrayRef<c10::IValue> arguments) {
+  auto kernel_less = [](const at::Tensor& t) {
+    return t.defined() && t.is_privateuseone() &&
+           !ops::has_device_dtype(t.scalar_type());
+  };
+  for (const c10::IValue& value : arguments) {
+    if (value.isTensor() && kernel_less(value.toTensor())) {
+      return value.toTensor().scalar_type();
+    }
+    if (value.isTensorList()) {
+      for (const at::Tensor& tensor : value.toTensorList().vec()) {
+        if (kernel_less(tensor)) return tensor.scalar_type();
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// Said once per dtype, not once per operator: printing one float tensor
+// alone goes through half a dozen float64 operators.
+void warn_dtype_runs_on_cpu(at::ScalarType dtype, const std::string& op_name) {
+  static std::array<std::atomic<bool>,
+                    static_cast<size_t>(at::ScalarType::NumOptions)>
+      warned{};
+  if (warned[static_cast<size_t>(dtype)].exchange(true)) return;
+  TORCH_WARN("spyre: the device computes nothing in ", dtype, ", so ", dtype,
+             " operators (", op_name,
+             " the first) run on the CPU (fallback, counted in "
+             "torch.spyre.fallback_stats()); use float32, float16 or "
+             "bfloat16 to compute on the device");
+}
+
 }  // namespace
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -115,13 +153,16 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TORCH_CHECK(!strict_mode(), "spyre: ", op_name,
               " has no spyre kernel and strict mode forbids the CPU fallback "
               "(unset SPYRE_STRICT or call torch.spyre.set_strict(False))");
-  if (first) {
+  const auto arguments =
+      torch::jit::last(*stack, op.schema().arguments().size());
+  if (const auto dtype = dtype_without_kernels(arguments)) {
+    warn_dtype_runs_on_cpu(*dtype, op_name);
+  } else if (first) {
     TORCH_WARN("spyre: ", op_name,
                " has no spyre kernel; it runs on the CPU (fallback, counted in "
                "torch.spyre.fallback_stats())");
   }
-  check_same_device(op_name,
-                    torch::jit::last(*stack, op.schema().arguments().size()));
+  check_same_device(op_name, arguments);
   substitute_generators(op.schema(), stack);
   at::native::cpu_fallback(op, stack);
 }

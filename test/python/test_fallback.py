@@ -45,6 +45,30 @@ def test_warned_once_per_op():
     assert len(messages) == 1 and "no spyre kernel" in messages[0]
 
 
+def test_a_dtype_without_kernels_is_warned_about_once_by_dtype(fresh_python):
+    # Printing converts to float64, which the device cannot compute: one
+    # warning naming the dtype, not one per float64 operator it goes through.
+    result = fresh_python("""
+        import warnings, torch
+        x = torch.tensor([1.5, -2.0, 3.25]).to("spyre")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            text = str(x)
+            y = x.double() * 3 + 1
+        messages = [str(w.message) for w in caught if "spyre" in str(w.message)]
+        print("warnings", len(messages))
+        print("names dtype", all("Double" in m and "float32" in m for m in messages))
+        print("values", text.startswith("tensor([ 1.5000, -2.0000,  3.2500]"),
+              torch.equal(y.cpu(), x.cpu().double() * 3 + 1))
+        print("counted", torch.spyre.fallback_stats().get("aten::mul.Tensor", 0) >= 1)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "warnings 1" in result.stdout
+    assert "names dtype True" in result.stdout
+    assert "values True True" in result.stdout
+    assert "counted True" in result.stdout
+
+
 def test_strict_toggle():
     x = torch.randn(8).to("spyre")
     with torch.spyre.strict():
