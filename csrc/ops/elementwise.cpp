@@ -85,6 +85,15 @@ Family named_family(kernels::ElementwiseStep::Kind kind) {
   return family;
 }
 
+// A rounding function of floating values, keeping the dtype (on integers,
+// which it would leave as they are, the CPU's).
+Family rounding_family(kernels::ElementwiseStep::Kind kind) {
+  Family family{Promotion::kSame, Shape::kNamed};
+  family.named = kind;
+  family.floating_only = true;
+  return family;
+}
+
 const Family* family_of(std::string_view name) {
   static const std::unordered_map<std::string_view, Family> families = {
       {"mul", {Promotion::kArith, Shape::kBinary, VecOp::kMul}},
@@ -128,6 +137,10 @@ const Family* family_of(std::string_view name) {
       {"abs", {Promotion::kSame, Shape::kUnary, VecOp::kAbs}},
       {"neg", {Promotion::kSame, Shape::kUnary, VecOp::kNeg}},
       {"floor", {Promotion::kSame, Shape::kUnary, VecOp::kFloor}},
+      {"ceil", rounding_family(kernels::ElementwiseStep::Kind::kCeil)},
+      {"trunc", rounding_family(kernels::ElementwiseStep::Kind::kTrunc)},
+      {"round", rounding_family(kernels::ElementwiseStep::Kind::kRound)},
+      {"frac", rounding_family(kernels::ElementwiseStep::Kind::kFrac)},
       {"relu", {Promotion::kSame, Shape::kUnary, VecOp::kRelu}},
       {"clamp", {Promotion::kArith, Shape::kClamp}},
       {"clamp_min", {Promotion::kArith, Shape::kClampMin}},
@@ -519,8 +532,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
         "acos", "acos_", "acos.out", "erfinv", "erfinv_", "erfinv.out", "sin",
         "sin_", "sin.out", "cos", "cos_", "cos.out", "gelu", "gelu_",
         "gelu.out", "silu", "silu_", "silu.out", "abs", "abs_", "abs.out",
-        "neg", "neg_", "neg.out", "floor", "floor_", "floor.out", "relu",
-        "relu_",
+        "neg", "neg_", "neg.out", "floor", "floor_", "floor.out", "ceil",
+        "ceil_", "ceil.out", "trunc", "trunc_", "trunc.out", "round", "round_",
+        "round.out", "frac", "frac_", "frac.out", "relu", "relu_",
         // clamp, where, masked_fill
         "clamp", "clamp_", "clamp.out", "clamp.Tensor", "clamp_.Tensor",
         "clamp.Tensor_out", "clamp_min", "clamp_min_", "clamp_min.out",

@@ -194,6 +194,14 @@ std::string named_op(ElementwiseStep::Kind kind) {
       return "erfinv";
     case Kind::kSoftplus:
       return "softplus";
+    case Kind::kCeil:
+      return "ceil";
+    case Kind::kTrunc:
+      return "trunc";
+    case Kind::kRound:
+      return "round";
+    case Kind::kFrac:
+      return "frac";
     default:
       throw KernelBuildError("a step kind with no loop kernel op name");
   }
@@ -238,6 +246,10 @@ uint32_t add_step(LoopKernel& lk, const Space& s, const ElementwiseStep& step,
     case Kind::kAcos:
     case Kind::kErfinv:
     case Kind::kSoftplus:
+    case Kind::kCeil:
+    case Kind::kTrunc:
+    case Kind::kRound:
+    case Kind::kFrac:
       op.kind = LoopOpKind::kUnary;
       op.name = named_op(step.kind);
       op.args = {value_of(step.src[0])};

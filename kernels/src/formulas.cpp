@@ -150,6 +150,39 @@ uint32_t erfinv_chain(Chain& c, uint32_t y, const LoopOp&) {
   return c.select(c.test(VecOp::kEq, magnitude, 1.0), infinite, x);
 }
 
+// Toward zero: floor for x >= 0 (and NaN), ceil = -floor(-x) below, so
+// -0.5 gives -0 as on the CPU.
+uint32_t trunc_chain(Chain& c, uint32_t x, const LoopOp&) {
+  const uint32_t up =
+      c.unary(VecOp::kNeg, c.unary(VecOp::kFloor, c.unary(VecOp::kNeg, x)));
+  return c.select(c.test(VecOp::kLt, x, 0.0), up, c.unary(VecOp::kFloor, x));
+}
+
+// x - trunc(x), as the CPU computes it (NaN for +-inf).
+uint32_t frac_chain(Chain& c, uint32_t x, const LoopOp& op) {
+  return c.op(VecOp::kSub, x, trunc_chain(c, x, op));
+}
+
+// To nearest, ties to even (the CPU's nearbyint): floor(x), plus one when
+// the fraction is above a half or exactly a half on an odd floor. x - floor
+// is exact in fp32; infinities and NaN keep themselves (their fraction is
+// NaN, so no step is added). A zero result takes x's sign (-0.4 gives -0).
+uint32_t round_chain(Chain& c, uint32_t x, const LoopOp&) {
+  const uint32_t down = c.unary(VecOp::kFloor, x);
+  const uint32_t fraction = c.op(VecOp::kSub, x, down);
+  const uint32_t half_down =
+      c.unary(VecOp::kFloor, c.op(VecOp::kMul, down, 0.5));
+  const uint32_t odd =
+      c.op(VecOp::kSub, down, c.op(VecOp::kMul, half_down, 2.0));
+  const uint32_t at_half =
+      c.select(c.test(VecOp::kEq, fraction, 0.5), odd, c.constant(0.0));
+  const uint32_t step =
+      c.select(c.test(VecOp::kGt, fraction, 0.5), c.constant(1.0), at_half);
+  const uint32_t rounded = c.op(VecOp::kAdd, down, step);
+  return c.select(c.test(VecOp::kEq, rounded, 0.0), c.op(VecOp::kMul, x, 0.0),
+                  rounded);
+}
+
 // The chain of a unary op of a formula's name, applied to x; the op itself
 // carries the parameters (softplus' beta and threshold).
 using ChainFn = uint32_t (*)(Chain&, uint32_t x, const LoopOp& op);
@@ -158,6 +191,9 @@ ChainFn chain_named(std::string_view name) {
   if (name == "acos") return acos_chain;
   if (name == "erfinv") return erfinv_chain;
   if (name == "softplus") return softplus_chain;
+  if (name == "trunc") return trunc_chain;
+  if (name == "round") return round_chain;
+  if (name == "frac") return frac_chain;
   return nullptr;
 }
 

@@ -1,7 +1,7 @@
 """Floating functions the vector unit has no op for, as chains of its ops
-(csrc/ops/math_steps.h), against the CPU in strict mode (a CPU fallback
-raises): log1p, expm1, softplus, log_sigmoid, acos, erfinv; and integer
-floor_divide. Special values as the CPU gives them, relative accuracy near
+(kernels/src/formulas.cpp), against the CPU in strict mode (a CPU fallback
+raises): log1p, expm1, softplus, log_sigmoid, acos, erfinv, the rounding
+functions ceil, trunc, round and frac; and integer floor_divide. Special values as the CPU gives them, relative accuracy near
 zero (where log1p and expm1 exist for), every form (functional, in place,
 out=), ragged shapes, views."""
 
@@ -129,6 +129,57 @@ def test_special_values(name):
     finite = want.isfinite()
     torch.testing.assert_close(got[finite], want[finite], rtol=2e-6, atol=1e-7)
     assert torch.equal(torch.signbit(got[want == 0]), torch.signbit(want[want == 0]))
+
+
+ROUNDING = {"ceil": torch.ceil, "trunc": torch.trunc, "round": torch.round,
+            "frac": torch.frac}
+# Ties both ways, either side of zero (signed zero results), past 2^23 where
+# every fp32 is an integer, the largest values, non-finite values.
+ROUNDING_VALUES = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.4, -0.4, 0.6, -0.6, 0.0, -0.0,
+                   1.0, -1.0, 3.7, -3.7, 1023.5, -1023.25, 8388607.5, -8388609.0,
+                   6.5e4, -6.5e4, 3e38, -3e38, 1e-30, -1e-30, INF, -INF, NAN]
+
+
+def bits_equal(got, want):
+    """Equal bit for bit, NaN to NaN and -0 to -0."""
+    both_nan = got.isnan() & want.isnan()
+    same = (got == want) & (torch.signbit(got) == torch.signbit(want))
+    return bool((both_nan | same).all())
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", ROUNDING)
+def test_rounding_functions_are_exact(name, dtype):
+    fn = ROUNDING[name]
+    special = torch.tensor(ROUNDING_VALUES).to(dtype)
+    spread = (torch.randn(5, 67) * 40).to(dtype)
+    for x in (special, spread):
+        got = fn(x.to("spyre"))
+        assert got.dtype == dtype
+        assert bits_equal(got.cpu(), fn(x)), (x, got.cpu(), fn(x))
+    assert bits_equal(fn(offset_view(spread)).cpu(), fn(spread))
+    assert bits_equal(fn(spread.to("spyre").t()).cpu(), fn(spread).t())
+    y = spread.to("spyre")
+    getattr(y, name + "_")()
+    assert bits_equal(y.cpu(), fn(spread))
+    out = torch.empty(5, 67, dtype=dtype).to("spyre")
+    fn(spread.to("spyre"), out=out)
+    assert bits_equal(out.cpu(), fn(spread))
+
+
+def test_rounding_in_a_compiled_graph_is_the_eager_kernel():
+    x = torch.tensor(ROUNDING_VALUES).reshape(1, -1).repeat(3, 1)
+    x[1:] = torch.randn(2, x.shape[1]) * 30
+
+    def f(t):
+        return torch.round(t) + torch.trunc(t) * 2 + torch.ceil(t) * 3
+
+    from torch_spyre._inductor import runtime
+    compiled = torch.compile(f, backend="spyre")
+    before = runtime.stats()["host_kernels"]
+    assert bits_equal(compiled(x.to("spyre")).cpu(), f(x.to("spyre")).cpu())
+    assert bits_equal(compiled(x.to("spyre")).cpu(), f(x))
+    assert runtime.stats()["host_kernels"] == before  # all of it on the device
 
 
 INTS = [torch.int64, torch.int32, torch.int8, torch.uint8]

@@ -382,10 +382,10 @@ def _loads(node: CapturedNode):
 # --------------------------------------------------------------------------
 
 # Inductor op names -> the description's unary / binary op names (VecOp names;
-# exp2, expm1, log1p, ceil and square the builder composes; acos and erfinv
-# are chains of formulas.h, shared with the eager kernels)
+# exp2, expm1, log1p, ceil and square the builder composes; acos, erfinv,
+# trunc and round are chains of formulas.h, shared with the eager kernels)
 UNARY_OPS = {
-    "acos": "acos", "erfinv": "erfinv",
+    "acos": "acos", "erfinv": "erfinv", "trunc": "trunc", "round": "round",
     "neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "sqrt": "sqrt",
     "rsqrt": "rsqrt", "reciprocal": "recip", "tanh": "tanh", "sigmoid": "sigmoid",
     "relu": "relu", "erf": "erf", "sin": "sin", "cos": "cos", "floor": "floor",

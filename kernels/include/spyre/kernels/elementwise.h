@@ -71,9 +71,10 @@ struct ElementwiseStep {
   // row-major over the iteration space) draws counter `offset + e`, so the
   // numbers do not depend on the tiling or the core split. The named kinds
   // (kExpm1, kLog1p, kAcos, kErfinv, kSoftplus with beta imm and threshold
-  // imm2) are the loop kernel's unary ops of those names applied to src[0]
-  // (expm1 and log1p emitted as such, the others chains of formulas.h): one
-  // formula for eager and compiled code.
+  // imm2, kCeil, kTrunc, kRound, kFrac) are the loop kernel's unary ops of
+  // those names applied to src[0] (expm1, log1p and ceil emitted as such,
+  // the others chains of formulas.h): one formula for eager and compiled
+  // code.
   enum class Kind : uint8_t {
     kVector,
     kColIndex,
@@ -83,7 +84,11 @@ struct ElementwiseStep {
     kLog1p,
     kAcos,
     kErfinv,
-    kSoftplus
+    kSoftplus,
+    kCeil,
+    kTrunc,
+    kRound,
+    kFrac
   };
   Kind kind = Kind::kVector;
   rt::RandDist dist = rt::RandDist::kUniform;  // kRandom: imm, imm2 = a, b

@@ -21,7 +21,10 @@ namespace spyre::kernels {
 //           +-1, NaN beyond;
 //   softplus  as the CPU computes it, with beta the op's value and threshold
 //           its value2: x where x * beta > threshold, else
-//           log1p(exp(x * beta)) / beta.
+//           log1p(exp(x * beta)) / beta;
+//   trunc, frac, round  toward zero, x - trunc(x), and to nearest with ties
+//           to even, from floor; signed zeros and non-finite values as the
+//           CPU's.
 bool is_formula(std::string_view name);
 
 // The kernel with every unary op of a formula's name replaced by its chain
