@@ -48,10 +48,6 @@ void gather_columns(const TileRef& t, uint32_t rows, uint32_t cols,
   gather_rows(transposed, cols, rows, out);
 }
 
-bool column_contiguous(const TileRef& t) {
-  return t.row_stride == rt::element_size(t.dtype) && !t.contiguous_rows();
-}
-
 // Loads an operand as fp32 and says how sgemm must read it.
 CBLAS_TRANSPOSE load_operand(const TileRef& t, uint32_t rows, uint32_t cols,
                              float* out) {
@@ -78,17 +74,6 @@ struct SgemmOperand {
   CBLAS_TRANSPOSE trans;
   int ld;
 };
-
-// The bytes a rows x cols view spans (its corner elements bound it).
-std::pair<const uint8_t*, const uint8_t*> span_of(const TileRef& t,
-                                                  uint32_t rows,
-                                                  uint32_t cols) {
-  const uint8_t* corners[] = {t.at(0, 0), t.at(rows - 1, 0), t.at(0, cols - 1),
-                              t.at(rows - 1, cols - 1)};
-  const auto [lo, hi] =
-      std::minmax_element(std::begin(corners), std::end(corners));
-  return {*lo, *hi + rt::element_size(t.dtype)};
-}
 
 // `written`: the bytes the product's result goes to; an operand that
 // shares any of them is read from a copy.

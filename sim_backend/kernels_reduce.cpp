@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels.h"
 #include "kernels_util.h"
@@ -191,7 +192,17 @@ void run_reduce(const rt::Reduce& red, std::span<uint8_t> spad) {
   }
   TileRef dst = bind_tile(spad, red.dst, red.rows, 1, "reduce dst");
   TileRef src = bind_tile(spad, red.src, red.rows, red.cols, "reduce src");
-  if (rt::is_floating(red.src.dtype)) {
+  if (rt::is_floating(red.src.dtype) && column_contiguous(src) &&
+      red.rows > 0 && red.cols > 0) {
+    // A transposed tile (each row's elements a stride apart): its values
+    // gathered into rows first, in blocks, then reduced as any rows.
+    thread_local std::vector<float> rows;
+    rows.resize(static_cast<size_t>(red.rows) * red.cols);
+    load_columns_as_rows(src, red.rows, red.cols, rows.data());
+    const TileRef gathered{reinterpret_cast<uint8_t*>(rows.data()),
+                           rt::DType::kFloat32, int64_t{red.cols} * 4, 4};
+    reduce_rows<float>(red, dst, gathered);
+  } else if (rt::is_floating(red.src.dtype)) {
     reduce_rows<float>(red, dst, src);
   } else {
     reduce_rows<int64_t>(red, dst, src);

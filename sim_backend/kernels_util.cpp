@@ -2,6 +2,7 @@
 #include "kernels_util.h"
 
 #include <algorithm>
+#include <iterator>
 
 #if defined(__F16C__) && defined(__AVX__)
 #include <immintrin.h>
@@ -143,6 +144,16 @@ bool store_floats_contiguous(rt::DType t, const float* in, uint32_t n,
 
 }  // namespace
 
+std::pair<const uint8_t*, const uint8_t*> span_of(const TileRef& t,
+                                                  uint32_t rows,
+                                                  uint32_t cols) {
+  const uint8_t* corners[] = {t.at(0, 0), t.at(rows - 1, 0), t.at(0, cols - 1),
+                              t.at(rows - 1, cols - 1)};
+  const auto [lo, hi] =
+      std::minmax_element(std::begin(corners), std::end(corners));
+  return {*lo, *hi + rt::element_size(t.dtype)};
+}
+
 void load_floats(const TileRef& t, uint32_t r, uint32_t c0, uint32_t n,
                  float* out) {
   const uint8_t* p = t.at(r, c0);
@@ -151,18 +162,39 @@ void load_floats(const TileRef& t, uint32_t r, uint32_t c0, uint32_t n,
     return;
   }
   if (t.contiguous_rows() && load_floats_contiguous(t.dtype, p, n, out)) return;
-  for (uint32_t i = 0; i < n; ++i) {
-    out[i] = load_float(p + i * t.col_stride, t.dtype);
-  }
+  const int64_t stride = t.col_stride;
+  with_dtype(t.dtype, [&](auto type) {
+    for (uint32_t i = 0; i < n; ++i) out[i] = load_float(p + i * stride, type);
+  });
+}
+
+void load_columns_as_rows(const TileRef& t, uint32_t rows, uint32_t cols,
+                          float* out) {
+  constexpr uint32_t kBlock = 16;
+  with_dtype(t.dtype, [&](auto type) {
+    for (uint32_t r0 = 0; r0 < rows; r0 += kBlock) {
+      const uint32_t r1 = std::min(rows, r0 + kBlock);
+      for (uint32_t c0 = 0; c0 < cols; c0 += kBlock) {
+        const uint32_t c1 = std::min(cols, c0 + kBlock);
+        for (uint32_t c = c0; c < c1; ++c) {
+          for (uint32_t r = r0; r < r1; ++r) {
+            out[static_cast<size_t>(r) * cols + c] =
+                load_float(t.at(r, c), type);
+          }
+        }
+      }
+    }
+  });
 }
 
 void store_floats(const TileRef& t, uint32_t r, uint32_t c0, uint32_t n,
                   const float* in) {
   uint8_t* p = t.at(r, c0);
   if (t.contiguous_rows() && store_floats_contiguous(t.dtype, in, n, p)) return;
-  for (uint32_t i = 0; i < n; ++i) {
-    store_float(p + i * t.col_stride, t.dtype, in[i]);
-  }
+  const int64_t stride = t.col_stride;
+  with_dtype(t.dtype, [&](auto type) {
+    for (uint32_t i = 0; i < n; ++i) store_float(p + i * stride, type, in[i]);
+  });
 }
 
 void load_ints(const TileRef& t, uint32_t r, uint32_t c0, uint32_t n,
@@ -192,9 +224,10 @@ void load_ints(const TileRef& t, uint32_t r, uint32_t c0, uint32_t n,
         break;
     }
   }
-  for (uint32_t i = 0; i < n; ++i) {
-    out[i] = load_int(p + i * t.col_stride, t.dtype);
-  }
+  const int64_t stride = t.col_stride;
+  with_dtype(t.dtype, [&](auto type) {
+    for (uint32_t i = 0; i < n; ++i) out[i] = load_int(p + i * stride, type);
+  });
 }
 
 void store_ints(const TileRef& t, uint32_t r, uint32_t c0, uint32_t n,
@@ -219,9 +252,10 @@ void store_ints(const TileRef& t, uint32_t r, uint32_t c0, uint32_t n,
         break;
     }
   }
-  for (uint32_t i = 0; i < n; ++i) {
-    store_int(p + i * t.col_stride, t.dtype, in[i]);
-  }
+  const int64_t stride = t.col_stride;
+  with_dtype(t.dtype, [&](auto type) {
+    for (uint32_t i = 0; i < n; ++i) store_int(p + i * stride, type, in[i]);
+  });
 }
 
 }  // namespace spyre::sim

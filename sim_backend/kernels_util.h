@@ -8,6 +8,8 @@
 #include <cstring>
 #include <limits>
 #include <span>
+#include <type_traits>
+#include <utility>
 
 #include "spyre/runtime/dtype.h"
 #include "spyre/runtime/error.h"
@@ -28,6 +30,11 @@ struct TileRef {
   }
   bool contiguous_rows() const { return col_stride == rt::element_size(dtype); }
 };
+
+// The bytes [first, last) a rows x cols view spans (its corner elements
+// bound it); rows and cols at least 1.
+std::pair<const uint8_t*, const uint8_t*> span_of(const TileRef& t,
+                                                  uint32_t rows, uint32_t cols);
 
 // Checks that a rows x cols view of `tile` lies inside `spad` and returns it.
 // Raises rt::Error(kDeviceError) naming `what` (e.g. "vector src1") if not.
@@ -166,11 +173,49 @@ inline void store_float(uint8_t* p, rt::DType t, float v) {
   }
 }
 
+// Calls fn(std::integral_constant<rt::DType, t>{}): an element loop written
+// in fn over load_float / store_float / load_int / store_int with that
+// constant decides the dtype once, where a loop over the runtime dtype
+// switches (an indirect jump) on every element.
+template <typename Fn>
+void with_dtype(rt::DType t, Fn&& fn) {
+  using rt::DType;
+  switch (t) {
+    case DType::kFloat16:
+      return fn(std::integral_constant<DType, DType::kFloat16>{});
+    case DType::kBFloat16:
+      return fn(std::integral_constant<DType, DType::kBFloat16>{});
+    case DType::kFloat32:
+      return fn(std::integral_constant<DType, DType::kFloat32>{});
+    case DType::kInt8:
+      return fn(std::integral_constant<DType, DType::kInt8>{});
+    case DType::kInt32:
+      return fn(std::integral_constant<DType, DType::kInt32>{});
+    case DType::kInt64:
+      return fn(std::integral_constant<DType, DType::kInt64>{});
+    case DType::kBool:
+      return fn(std::integral_constant<DType, DType::kBool>{});
+    case DType::kUInt8:
+      return fn(std::integral_constant<DType, DType::kUInt8>{});
+  }
+}
+
 // Row segments: n elements of row r starting at column c0, converted to or
 // from a contiguous buffer. Contiguous rows take vectorised paths, a column
 // stride of 0 broadcasts one element, anything else goes element by element.
 void load_floats(const TileRef& t, uint32_t r, uint32_t c0, uint32_t n,
                  float* out);
+// Whether `t` runs down its columns (its rows' elements a stride apart, its
+// columns' adjacent): a transposed operand.
+inline bool column_contiguous(const TileRef& t) {
+  return t.row_stride == rt::element_size(t.dtype) && !t.contiguous_rows() &&
+         t.col_stride != 0;
+}
+// All rows x cols of a column-contiguous `t` into row-major `out`, the
+// values load_floats gives, read in square blocks: row by row, a column
+// stride touches a new cache line for every element.
+void load_columns_as_rows(const TileRef& t, uint32_t rows, uint32_t cols,
+                          float* out);
 void store_floats(const TileRef& t, uint32_t r, uint32_t c0, uint32_t n,
                   const float* in);
 void load_ints(const TileRef& t, uint32_t r, uint32_t c0, uint32_t n,

@@ -8,6 +8,7 @@
 // need a scalar epilogue).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels.h"
@@ -522,6 +523,69 @@ void run_rows(const rt::Vector& v, const Operands& ops, RunChunk run_chunk) {
   }
 }
 
+// Copies rows x cols elements of ES bytes between non-overlapping tiles in
+// square blocks, so a source read down its columns is read a few cache lines
+// at a time rather than one element per line along each row.
+template <size_t ES>
+void copy_in_blocks(const TileRef& dst, const TileRef& src, uint32_t rows,
+                    uint32_t cols) {
+  // Locals, not the tiles' fields: the byte copies could alias those, which
+  // would make the compiler reload them for every element.
+  uint8_t* const out = dst.base;
+  const uint8_t* const in = src.base;
+  const int64_t out_row = dst.row_stride, out_col = dst.col_stride;
+  const int64_t in_row = src.row_stride, in_col = src.col_stride;
+  constexpr uint32_t kBlock = 16;
+  for (uint32_t r0 = 0; r0 < rows; r0 += kBlock) {
+    const uint32_t r1 = std::min(rows, r0 + kBlock);
+    for (uint32_t c0 = 0; c0 < cols; c0 += kBlock) {
+      const uint32_t c1 = std::min(cols, c0 + kBlock);
+      for (uint32_t c = c0; c < c1; ++c) {
+        for (uint32_t r = r0; r < r1; ++r) {
+          std::memcpy(out + r * out_row + c * out_col,
+                      in + r * in_row + c * in_col, ES);
+        }
+      }
+    }
+  }
+}
+
+// A copy that only moves elements, read down the source's columns (a
+// transpose: how kernels lay a linear layer's weights out for the matrix
+// unit), taken in blocks with each element's bytes as they are. The
+// element-wise path converts through fp32 and back, which is the identity
+// for these dtypes but for the quieting of a signalling NaN; bool (which it
+// normalises to 0/1) and overlapping tiles (whose result depends on the
+// order of the rows) keep it. False when it does not apply.
+bool copy_transposed(const rt::Vector& v, const Operands& ops) {
+  const TileRef& src = ops.src0;
+  const TileRef& dst = ops.dst;
+  if (v.op != VecOp::kCopy || v.rows == 0 || v.cols == 0 ||
+      src.dtype != dst.dtype || dst.dtype == rt::DType::kBool ||
+      src.contiguous_rows() || src.row_stride == 0 || src.col_stride == 0) {
+    return false;
+  }
+  const auto [src_lo, src_hi] = span_of(src, v.rows, v.cols);
+  const auto [dst_lo, dst_hi] = span_of(dst, v.rows, v.cols);
+  if (src_lo < dst_hi && dst_lo < src_hi) return false;
+  switch (rt::element_size(dst.dtype)) {
+    case 1:
+      copy_in_blocks<1>(dst, src, v.rows, v.cols);
+      return true;
+    case 2:
+      copy_in_blocks<2>(dst, src, v.rows, v.cols);
+      return true;
+    case 4:
+      copy_in_blocks<4>(dst, src, v.rows, v.cols);
+      return true;
+    case 8:
+      copy_in_blocks<8>(dst, src, v.rows, v.cols);
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 void run_vector(const rt::Vector& v, std::span<uint8_t> spad) {
@@ -529,6 +593,7 @@ void run_vector(const rt::Vector& v, std::span<uint8_t> spad) {
     device_error(rt::str("vector: unknown op code ", static_cast<int>(v.op)));
   }
   Operands ops = bind_operands(v, spad);
+  if (copy_transposed(v, ops)) return;
   if (computes_in_float(v)) {
     run_rows<float>(v, ops, run_float_chunk);
   } else {

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "kernels_test_util.h"
@@ -116,6 +118,49 @@ TEST(Reduce, NanWinsAndFirstIndexOnTies) {
   run_reduce(red, spad.span());
   EXPECT_TRUE(std::isnan(spad.get(red.dst, 0, 0)));
   EXPECT_EQ(spad.get(red.dst, 1, 0), 7);
+}
+
+TEST(Reduce, TransposedSourceGivesTheBitsOfItsRowMajorCopy) {
+  const uint32_t rows = 37, cols = 45;
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (RedOp op : {RedOp::kSum, RedOp::kMax, RedOp::kMin, RedOp::kArgMax,
+                     RedOp::kArgMin, RedOp::kProd}) {
+      SCOPED_TRACE(static_cast<int>(op));
+      Spad spad;
+      const int32_t es = static_cast<int32_t>(rt::element_size(dt));
+      const rt::Tile transposed{0, dt, es,
+                                static_cast<int32_t>(rt::round_up_to_sticks(
+                                    uint64_t{rows} * rt::element_size(dt)))};
+      const rt::Tile plain = row_major(256 * 1024, dt, cols);
+      for (uint32_t r = 0; r < rows; ++r) {
+        for (uint32_t c = 0; c < cols; ++c) {
+          double v =
+              std::sin(r * 0.7 + c * 1.3) * (op == RedOp::kProd ? 0.01 : 9);
+          if (op == RedOp::kProd) v += 1;
+          if (r == 5 && c == 17) v = std::nan("");
+          spad.put(transposed, r, c, v);
+          spad.put(plain, r, c, v);
+        }
+      }
+      const bool arg = op == RedOp::kArgMax || op == RedOp::kArgMin;
+      rt::Reduce red;
+      red.op = op;
+      red.rows = rows;
+      red.cols = cols;
+      red.src = transposed;
+      red.dst = rt::Tile{512 * 1024, arg ? DType::kInt64 : dt, 8, 0};
+      run_reduce(red, spad.span());
+      red.src = plain;
+      red.dst.offset = 600 * 1024;
+      run_reduce(red, spad.span());
+      for (uint32_t r = 0; r < rows; ++r) {
+        EXPECT_EQ(std::memcmp(spad.bytes.data() + 512 * 1024 + r * 8,
+                              spad.bytes.data() + 600 * 1024 + r * 8, 8),
+                  0)
+            << "row " << r;
+      }
+    }
+  }
 }
 
 TEST(Reduce, AccumulateFoldsExistingDst) {
