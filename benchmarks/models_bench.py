@@ -10,7 +10,7 @@ Cases (issue targets in brackets):
   decode step with its KV cache [<= 2x CPU], and the compiled decode step
   [host <= CPU eager];
 plus the modelled device time per token of the decode step. Medians of
-several runs, the devices taking turns run by run. Prints a table and
+several runs, the devices taking turns block by block. Prints a table and
 writes models_bench.json (to --out).
 """
 
@@ -34,16 +34,21 @@ def timed(fn, on_spyre):
     return time.perf_counter() - start
 
 
-def side_by_side(cpu_fn, spyre_fn, runs):
-    """Median host seconds of each, alternating run by run after a warm-up
-    (programs built, caches filled)."""
+def side_by_side(cpu_fn, spyre_fn, runs, rounds=3):
+    """Median host seconds of each over `rounds` rounds of `runs` runs of
+    one device, then of the other, after a warm-up (programs built, caches
+    filled). Blocks rather than run-by-run turns: CPU PyTorch's OpenMP
+    threads keep spinning for a while after each parallel region (libgomp's
+    default wait policy), so a spyre run right after a CPU run shares the
+    host's cores with them, and a CPU run after a pause wakes them up cold;
+    within a block each device runs as it would alone."""
     for _ in range(2):
         timed(cpu_fn, False)
         timed(spyre_fn, True)
     cpu, spyre = [], []
-    for _ in range(runs):
-        cpu.append(timed(cpu_fn, False))
-        spyre.append(timed(spyre_fn, True))
+    for _ in range(rounds):
+        cpu += [timed(cpu_fn, False) for _ in range(runs)]
+        spyre += [timed(spyre_fn, True) for _ in range(runs)]
     return statistics.median(cpu), statistics.median(spyre)
 
 

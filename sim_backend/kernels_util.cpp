@@ -170,7 +170,7 @@ void load_floats(const TileRef& t, uint32_t r, uint32_t c0, uint32_t n,
 
 void load_columns_as_rows(const TileRef& t, uint32_t rows, uint32_t cols,
                           float* out) {
-  constexpr uint32_t kBlock = 16;
+  constexpr uint32_t kBlock = kTransposeBlock;
   with_dtype(t.dtype, [&](auto type) {
     for (uint32_t r0 = 0; r0 < rows; r0 += kBlock) {
       const uint32_t r1 = std::min(rows, r0 + kBlock);

@@ -535,7 +535,7 @@ void copy_in_blocks(const TileRef& dst, const TileRef& src, uint32_t rows,
   const uint8_t* const in = src.base;
   const int64_t out_row = dst.row_stride, out_col = dst.col_stride;
   const int64_t in_row = src.row_stride, in_col = src.col_stride;
-  constexpr uint32_t kBlock = 16;
+  constexpr uint32_t kBlock = kTransposeBlock;
   for (uint32_t r0 = 0; r0 < rows; r0 += kBlock) {
     const uint32_t r1 = std::min(rows, r0 + kBlock);
     for (uint32_t c0 = 0; c0 < cols; c0 += kBlock) {
