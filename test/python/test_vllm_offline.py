@@ -272,10 +272,18 @@ def test_seeded_sampling_is_reproducible_and_equals_the_cpu(llama_dir):
 def test_unsupported_sampling_is_refused_with_a_clear_error(llama_dir):
     llm = make_llm(llama_dir)
     try:
-        # Logprobs of chosen tokens (vLLM's scoring) are not computed yet.
-        with pytest.raises(ValueError, match="spyre: not supported yet.*logprob_token_ids"):
+        # Scoring chosen prompt tokens: vLLM's V2 model runner only (refused by
+        # vLLM before the platform's own refusal is reached).
+        from vllm.exceptions import VLLMValidationError
+        with pytest.raises((ValueError, VLLMValidationError), match="prompt_logprob_token_ids"):
+            llm.generate([TokensPrompt(prompt_token_ids=[5, 6, 9])],
+                         SamplingParams(max_tokens=2, prompt_logprob_token_ids=[[7], [8]]),
+                         use_tqdm=False)
+        # An id outside the vocabulary: vLLM's own error, before the device.
+        with pytest.raises((ValueError, VLLMValidationError), match="out-of-vocab"):
             llm.generate([TokensPrompt(prompt_token_ids=[5, 6])],
-                         SamplingParams(max_tokens=2, logprob_token_ids=[7, 8]), use_tqdm=False)
+                         SamplingParams(max_tokens=2, logprob_token_ids=[7, 10**6]),
+                         use_tqdm=False)
         # The engine keeps serving.
         assert spyre_generate(llm, [[5, 6]], greedy(2)) == cpu_greedy(
             cpu_model(llama_dir), [[5, 6]], 2)
@@ -626,6 +634,49 @@ def test_logprobs_are_the_raw_log_softmax_of_the_logits(llama_dir):
         assert got.cumulative_logprob == pytest.approx(total, abs=n * LOGPROB_ATOL)
     # The penalized request's token logprobs are the raw ones, not the penalized.
     assert refs[1][0] != cpu_greedy(model, prompts[1:2], n)[0]
+
+
+def test_logprob_token_ids_are_the_chosen_tokens_log_softmax(llama_dir):
+    # vLLM's scoring: the logprobs of tokens the request names, after the
+    # sampled token's, in one batch with a top-k request (different widths)
+    # and one without logprobs.
+    prompts = prompts_of([4, 9, 6], seed=3)
+    n = 5
+    chosen = [3, 17, 250, 17]  # a repeat: vLLM keeps one entry per token id
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True,
+                             logprob_token_ids=chosen),
+              SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, logprobs=2),
+              greedy(n)]
+    model = cpu_model(llama_dir)
+    refs = [cpu_penalized_greedy(model, p, s, n) for p, s in zip(prompts, params)]
+    llm = make_llm(llama_dir)
+    try:
+        torch.spyre.reset_fallback_stats()
+        with torch.spyre.strict():
+            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
+                                use_tqdm=False)
+        assert torch.spyre.fallback_stats() == {}
+    finally:
+        close(llm)
+    tokens, raw = refs[0]
+    got = outs[0].outputs[0]
+    assert list(got.token_ids) == tokens
+    assert len(got.logprobs) == n
+    total = 0.0
+    for entry, token, logits in zip(got.logprobs, tokens, raw):
+        ref = torch.log_softmax(logits, dim=-1)
+        assert set(entry) == set(chosen) | {token}
+        for t in set(chosen) | {token}:
+            assert entry[t].logprob == pytest.approx(float(ref[t]), abs=LOGPROB_ATOL)
+        assert entry[token].rank == int((ref >= ref[token]).sum())
+        total += float(ref[token])
+    assert got.cumulative_logprob == pytest.approx(total, abs=n * LOGPROB_ATOL)
+    tokens, raw = refs[1]
+    assert list(outs[1].outputs[0].token_ids) == tokens
+    for entry, token, logits in zip(outs[1].outputs[0].logprobs, tokens, raw):
+        check_position(entry, token, torch.log_softmax(logits, dim=-1), 2)
+    assert outs[2].outputs[0].logprobs is None
+    assert list(outs[2].outputs[0].token_ids) == refs[2][0]
 
 
 def cpu_prompt_logprobs(model, prompt):

@@ -359,8 +359,8 @@ class SpyreModelRunner:
         rows = [self.requests[r].sampled_row() for r in sampled_reqs]
         logits = logits.to(torch.float32)
         vocab = logits.shape[-1]
-        want = [r.params.logprobs for r in rows
-                if r.params is not None and r.params.logprobs is not None]
+        want = [r.params for r in rows
+                if r.params is not None and r.params.num_logprobs is not None]
         raw = (sampler.compute_logprobs(logits, self.model_config.logprobs_mode)
                if want else None)
         banned = self._banned_tokens(rows, vocab, grammar_output)
@@ -372,18 +372,35 @@ class SpyreModelRunner:
         sampled = {r: [t] for r, t in zip(sampled_reqs, tokens)}
         if not want:
             return sampled, None
-        k = max(sampler.num_logprobs(n, vocab) for n in want)
-        ids, values, ranks = sampler.gather_logprobs(
-            raw, k, torch.tensor(tokens, dtype=torch.int64).to(logits.device))
+        # Per row: the sampled token, then the top k (``logprobs``) or the
+        # ids the request chose (``logprob_token_ids``), padded to one width
+        # (vLLM keeps as many as the request's num_logprobs).
+        chosen = [p.logprob_token_ids for p in want if p.logprob_token_ids]
+        k = max((sampler.num_logprobs(p.logprobs, vocab) for p in want
+                 if not p.logprob_token_ids), default=0)
+        width = max([k] + [len(c) for c in chosen]) + 1
+        token_ids = torch.tensor(tokens, dtype=torch.int64).to(logits.device)
+        ids, values, ranks = sampler.gather_logprobs(raw, k, token_ids)
         ids, values, ranks = ids.cpu().numpy(), values.cpu().numpy(), ranks.cpu().numpy()
+        if chosen:
+            columns = np.full((len(rows), width - 1), -1, dtype=np.int64)
+            for row, r in enumerate(rows):
+                if r.params is not None and r.params.logprob_token_ids:
+                    columns[row, :len(r.params.logprob_token_ids)] = r.params.logprob_token_ids
+            chosen_ids, chosen_values = sampler.gather_chosen_logprobs(raw, columns, token_ids)
+            chosen_ids, chosen_values = chosen_ids.cpu().numpy(), chosen_values.cpu().numpy()
         # One row per scheduled request (vLLM slices them by request index).
         num_reqs = len(req_id_to_index)
-        all_ids = np.zeros((num_reqs, k + 1), dtype=np.int32)
-        all_values = np.zeros((num_reqs, k + 1), dtype=np.float32)
+        all_ids = np.zeros((num_reqs, width), dtype=np.int32)
+        all_values = np.full((num_reqs, width), -np.inf, dtype=np.float32)
         all_ranks = np.zeros(num_reqs, dtype=np.int64)
-        for row, req_id in enumerate(sampled_reqs):
+        for row, (req_id, r) in enumerate(zip(sampled_reqs, rows)):
             i = req_id_to_index[req_id]
-            all_ids[i], all_values[i], all_ranks[i] = ids[row], values[row], ranks[row]
+            if r.params is not None and r.params.logprob_token_ids:
+                all_ids[i], all_values[i] = chosen_ids[row], chosen_values[row]
+            else:
+                all_ids[i, :k + 1], all_values[i, :k + 1] = ids[row], values[row]
+            all_ranks[i] = ranks[row]
         return sampled, LogprobsLists(all_ids, all_values, all_ranks)
 
     def _prompt_logprobs(self, logits, first_row, prompt_plan):

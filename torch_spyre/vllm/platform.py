@@ -163,15 +163,14 @@ class SpyrePlatform(Platform):
     @classmethod
     def validate_request(cls, processed_inputs, params) -> None:
         """Refuses, per request, the sampling features the sampler does not
-        implement (it does all of vLLM's but the logprobs of chosen tokens:
+        implement (it does all of vLLM's but scoring chosen tokens of the
+        prompt, which vLLM itself does only in its V2 model runner:
         sampler.py)."""
         from vllm.sampling_params import SamplingParams
 
         if not isinstance(params, SamplingParams):
             raise UnsupportedRequest("spyre: only text generation is supported (no pooling)")
         unsupported = []
-        if getattr(params, "logprob_token_ids", None):
-            unsupported.append("logprob_token_ids")
         if getattr(params, "prompt_logprob_token_ids", None) is not None:
             unsupported.append("prompt_logprob_token_ids")
         if unsupported:

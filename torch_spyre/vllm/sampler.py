@@ -5,7 +5,9 @@
    ``logprobs_mode="raw_logprobs"``: ``log_softmax`` of the model's own logits
    (before anything below), the top-k (``topk``) after the chosen token's own
    logprob (``gather``) and its rank (the count of tokens with a logprob at
-   least as large). ``raw_logits`` returns the logits themselves.
+   least as large), or, for a request naming ``logprob_token_ids``, those
+   tokens' logprobs after the chosen token's. ``raw_logits`` returns the
+   logits themselves.
 2. the structured-output grammar's bitmask and ``allowed_token_ids``: one
    mask of the tokens each row may not take, set to ``-inf``.
 3. ``bad_words`` (vLLM's own ``apply_bad_words``: a word's last token is
@@ -251,6 +253,21 @@ def compute_logprobs(logits: torch.Tensor, mode: str = "raw_logprobs") -> torch.
     if mode == "raw_logits":
         return logits.to(torch.float32)
     return logits.log_softmax(dim=-1, dtype=torch.float32)
+
+
+def gather_chosen_logprobs(logprobs: torch.Tensor, columns: np.ndarray,
+                           sampled: torch.Tensor):
+    """vLLM's ``Sampler.gather_specific_token_logprobs`` (``logprob_token_ids``)
+    on the device: per row, the sampled token, then the ids a request chose
+    (``columns [rows, m]``, -1 padding), their logprobs, -inf where padded.
+    Returns ``(ids [rows, m+1] int32, logprobs [rows, m+1] float32)``."""
+    padded = torch.from_numpy(columns < 0)
+    ids = torch.from_numpy(np.maximum(columns, 0)).to(logprobs.device)
+    ids = torch.cat((sampled.view(-1, 1), ids), dim=1)
+    values = logprobs.gather(-1, ids)
+    pad = torch.cat((torch.zeros(len(columns), 1, dtype=torch.bool), padded), dim=1)
+    values = values.masked_fill(pad.to(logprobs.device), float("-inf"))
+    return ids.to(torch.int32), values
 
 
 def gather_logprobs(logprobs: torch.Tensor, k: int, token_ids: torch.Tensor):
