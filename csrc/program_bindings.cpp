@@ -382,7 +382,8 @@ class CompiledProgram {
     });
   }
 
-  void launch(const std::vector<at::Tensor>& tensors) {
+  // Returns how many tensors were bound as copies (relayouts).
+  uint64_t launch(const std::vector<at::Tensor>& tensors) {
     const auto& slots = program_->program().args;
     if (tensors.size() != slots.size()) {
       throw std::invalid_argument("spyre program '" + program_->program().name +
@@ -400,6 +401,7 @@ class CompiledProgram {
     // its storage alone).
     std::vector<at::Tensor> bound(tensors.begin(), tensors.end());
     std::vector<size_t> written_back;
+    uint64_t copied = 0;
     for (size_t i = 0; i < bound.size(); ++i) {
       const rt::ArgSlot& slot = slots[i];
       if (bindable(bound[i], slot)) continue;
@@ -407,12 +409,14 @@ class CompiledProgram {
                                           bound[i].options());
       copy.copy_(bound[i]);
       bound[i] = copy;
-      ++relayouts_;
+      ++copied;
       if (slot.is_output) written_back.push_back(i);
     }
     glue::ops::launch(*program_, bound);
     for (size_t i : written_back) tensors[i].copy_(bound[i]);
     ++launches_;
+    relayouts_ += copied;
+    return copied;
   }
 
   uint64_t launches() const { return launches_; }

@@ -76,12 +76,14 @@ class SpyreKernel:
         return program
 
     def launch(self, tensors) -> None:
-        program = self._program(tensors[0].device.index or 0)
-        relayouts = program.relayouts
-        program.launch(tensors)
+        # get_device(): the index as an int, without making a torch.device
+        # (this runs for every kernel of every compiled step).
+        index = tensors[0].get_device()
+        program = self._loaded.get(index) or self._program(max(index, 0))
+        relayouts = program.launch(tensors)
         with _lock:
             _stats["launches"] += 1
-            _stats["relayouts"] += program.relayouts - relayouts
+            _stats["relayouts"] += relayouts
         if _profile is not None:
             import torch
             torch.spyre.synchronize()
