@@ -16,6 +16,44 @@
 #include "storage_ops.h"
 
 namespace spyre::torch_glue::ops {
+
+std::optional<std::vector<int64_t>> finer_sizes(const at::Tensor& tensor,
+                                                std::vector<int64_t>* strides) {
+  const std::vector<int64_t>& host = tensor_layout(tensor).host_sizes;
+  if (host.size() < 2)
+    return std::nullopt;  // one host dim: nothing to carry into
+  std::vector<int64_t> host_strides(host.size(), 1);
+  for (size_t k = host.size(); k-- > 1;) {
+    host_strides[k - 1] = host_strides[k] * host[k];
+  }
+  std::vector<int64_t> sizes;
+  strides->clear();
+  bool split = false;
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    int64_t n = tensor.size(d), s = tensor.stride(d);
+    std::vector<std::pair<int64_t, int64_t>> digits;  // innermost first
+    while (n > 1 && s > 0) {
+      // the outermost host dim whose stride divides s: the dim s walks
+      size_t k = 0;
+      while (k + 1 < host.size() && s % host_strides[k] != 0) ++k;
+      const int64_t step = s / host_strides[k];
+      const int64_t fits = host[k] % step == 0 ? host[k] / step : 0;
+      if (k == 0 || fits < 2 || n <= fits || n % fits != 0) break;
+      digits.emplace_back(fits, s);
+      n /= fits;
+      s *= fits;
+      split = true;
+    }
+    digits.emplace_back(n, s);
+    for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
+      sizes.push_back(it->first);
+      strides->push_back(it->second);
+    }
+  }
+  if (!split) return std::nullopt;
+  return sizes;
+}
+
 namespace {
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
@@ -116,48 +154,6 @@ void merge_uniform_outer_dims(std::vector<int64_t>& host,
       ++j;
     }
   }
-}
-
-// `tensor` over more dims: each dim whose walk would carry from one dim of
-// its storage's host image into the next (a reshape that merged them, x of
-// [2, 8, 64] seen as [16, 64]) split at that boundary, so that every dim
-// walks within one host dim. The same elements at the same addresses in the
-// same order; the sizes of the split view, or nullopt when nothing splits.
-std::optional<std::vector<int64_t>> finer_sizes(const at::Tensor& tensor,
-                                                std::vector<int64_t>* strides) {
-  const std::vector<int64_t>& host = tensor_layout(tensor).host_sizes;
-  if (host.size() < 2)
-    return std::nullopt;  // one host dim: nothing to carry into
-  std::vector<int64_t> host_strides(host.size(), 1);
-  for (size_t k = host.size(); k-- > 1;) {
-    host_strides[k - 1] = host_strides[k] * host[k];
-  }
-  std::vector<int64_t> sizes;
-  strides->clear();
-  bool split = false;
-  for (int64_t d = 0; d < tensor.dim(); ++d) {
-    int64_t n = tensor.size(d), s = tensor.stride(d);
-    std::vector<std::pair<int64_t, int64_t>> digits;  // innermost first
-    while (n > 1 && s > 0) {
-      // the outermost host dim whose stride divides s: the dim s walks
-      size_t k = 0;
-      while (k + 1 < host.size() && s % host_strides[k] != 0) ++k;
-      const int64_t step = s / host_strides[k];
-      const int64_t fits = host[k] % step == 0 ? host[k] / step : 0;
-      if (k == 0 || fits < 2 || n <= fits || n % fits != 0) break;
-      digits.emplace_back(fits, s);
-      n /= fits;
-      s *= fits;
-      split = true;
-    }
-    digits.emplace_back(n, s);
-    for (auto it = digits.rbegin(); it != digits.rend(); ++it) {
-      sizes.push_back(it->first);
-      strides->push_back(it->second);
-    }
-  }
-  if (!split) return std::nullopt;
-  return sizes;
 }
 
 // dst <- src on the device through views of both over finer dims (above),
@@ -446,7 +442,7 @@ at::Tensor empty_like_default(const at::Tensor& tensor) {
 }
 
 void write_unaddressable(const at::Tensor& src, const at::Tensor& dst) {
-  if (copy_through_finer_views(src, dst)) {
+  if (copy_through_finer_views(src, dst) || pack_rows_copy(src, dst)) {
     ++op_counters().device_materializations;
     return;
   }

@@ -48,6 +48,15 @@ std::optional<kernels::StickOperand> stick_operand(const at::Tensor& tensor);
 bool write_shares_sticks(const at::Tensor& tensor, at::IntArrayRef sizes,
                          const kernels::StickOperand& operand);
 
+// `tensor` over more dims: each dim whose walk would carry from one dim of
+// its storage's host image into the next (a reshape that merged them, x of
+// [2, 8, 64] seen as [16, 64]) split at that boundary, so that every dim
+// walks within one host dim. The same elements at the same addresses in the
+// same order; the sizes of the split view (its strides into `strides`), or
+// nullopt when nothing splits.
+std::optional<std::vector<int64_t>> finer_sizes(const at::Tensor& tensor,
+                                                std::vector<int64_t>* strides);
+
 // `tensor`'s values in a fresh contiguous tensor with the default layout.
 at::Tensor materialize(const at::Tensor& tensor);
 // `tensor` itself when a kernel can address it, else materialize(tensor).

@@ -7,10 +7,15 @@
 
 #include <ATen/ops/empty.h>
 
+#include <numeric>
+
 #include "device_state.h"
 #include "ops/launch.h"
 #include "ops/matrix_operand.h"
+#include "ops/operands.h"
+#include "spyre/kernels/pack_rows.h"
 #include "spyre/kernels/relayout.h"
+#include "storage_ops.h"
 
 namespace spyre::torch_glue::ops {
 namespace {
@@ -62,6 +67,79 @@ bool restickify_copy(const at::Tensor& src, const at::Tensor& dst) {
                   {in_tensor, dst});
   } catch (const kernels::KernelBuildError&) {
     return false;  // too large for the scratchpads in one piece
+  }
+  return true;
+}
+
+namespace {
+
+// Most source rows one packed row takes (one vector copy each): beyond it
+// the program would be mostly instructions.
+constexpr int64_t kMaxRowsPerPack = 256;
+
+// How many elements of src's rows dst's rows hold (a multiple of `cols`),
+// or 0 when none suits: dst's own last dim when it has rows, else (a flat
+// dst) whole sticks' worth of whole source rows, else all of it.
+int64_t packed_cols(const at::Tensor& dst, int64_t cols) {
+  if (dst.dim() >= 2) {
+    return dst.size(-1) % cols == 0 ? dst.size(-1) : 0;
+  }
+  const int64_t per_stick =
+      rt::elements_per_stick(device_dtype(dst.scalar_type()));
+  const int64_t sticks_of_rows = std::lcm(cols, per_stick);
+  if (dst.numel() % sticks_of_rows == 0) return sticks_of_rows;
+  return dst.numel();
+}
+
+}  // namespace
+
+bool pack_rows_copy(const at::Tensor& src, const at::Tensor& dst) {
+  if (src.scalar_type() != dst.scalar_type() || src.sizes() != dst.sizes() ||
+      !has_device_dtype(src.scalar_type()) || src.numel() == 0 ||
+      src.device() != dst.device() || !covers_storage(dst)) {
+    return false;
+  }
+  // Trailing dims of one element ([tokens * top_k, 1]) add nothing to the
+  // rows: both seen without them.
+  int64_t dims = src.dim();
+  while (dims > 1 && src.size(dims - 1) == 1) --dims;
+  if (dims < src.dim()) {
+    return pack_rows_copy(
+        src.as_strided(src.sizes().slice(0, dims), src.strides().slice(0, dims),
+                       src.storage_offset()),
+        dst.view(dst.sizes().slice(0, dims)));
+  }
+  // src over its storage's rows (finer dims where a reshape merged them).
+  std::vector<int64_t> strides;
+  const auto sizes = finer_sizes(src, &strides);
+  const at::Tensor rows =
+      sizes ? src.as_strided(*sizes, strides, src.storage_offset()) : src;
+  if (rows.dim() == 0) return false;
+  const int64_t cols = rows.size(-1);
+  const int64_t per_row = packed_cols(dst, cols);
+  if (per_row == 0 || per_row / cols < 2 || per_row / cols > kMaxRowsPerPack) {
+    return false;  // one source row per packed row: the elementwise copy's
+  }
+  // dst's own dims where its rows are the packed rows (its layout may
+  // order them otherwise than row-major: a flat view could not be
+  // addressed), else a flat dst seen as rows of per_row.
+  const at::Tensor packed =
+      dst.dim() >= 2 ? dst : dst.view({dst.numel() / per_row, per_row});
+  const std::optional<kernels::Matrix> in = matrix_view(rows);
+  const std::optional<kernels::Matrix> out = matrix_view(packed);
+  if (!in || !out) return false;
+  const c10::DeviceIndex device = dst.device().index();
+  const kernels::Target target{device_chip(device)};
+  kernels::KeyWriter key;
+  key.add("pack_rows");
+  append_key(key, *in);
+  append_key(key, *out);
+  try {
+    launch_cached(device, ProgramKey(std::move(key)),
+                  [&] { return kernels::build_pack_rows(*in, *out, target); },
+                  {rows, packed});
+  } catch (const kernels::KernelBuildError&) {
+    return false;
   }
   return true;
 }

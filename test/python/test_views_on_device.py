@@ -212,3 +212,44 @@ def test_a_write_into_merged_dims_stays_on_the_device():
     base[1:].view(16, 64).copy_(src + 1)
     assert torch.equal(on_device.cpu(), base)
     no_host_copies()
+
+
+# (storage shape, view of it): rows narrower than a stick, each padded to its
+# own sticks, read with several of them side by side (MoE routing's
+# [tokens, top_k] indices flattened): packed on the device by one program.
+PACKED_ROWS = {
+    "top2_flattened": ((16, 2), lambda t: t.view(-1)),
+    "top6_flattened": ((10, 6), lambda t: t.view(-1)),  # rows straddle sticks
+    "two_sticks_a_row": ((16, 40), lambda t: t.view(-1)),
+    "into_wider_rows": ((4, 4, 2), lambda t: t.view(4, 8)),
+    "rows_of_a_slice": ((20, 2), lambda t: t[3:19].reshape(-1)),
+    "merged_then_flat": ((3, 5, 7), lambda t: t.view(15, 7).view(-1)),
+    "many_rows_all_cores": ((4096, 2), lambda t: t.view(-1)),
+    "with_a_unit_dim": ((16, 2), lambda t: t.view(32, 1)),  # Mixtral's router
+    "heads_merged_back": ((2, 8, 4, 16), lambda t: t.view(2, 8, 64)),  # half-stick heads
+}
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64, torch.int8, torch.bool], ids=str)
+@pytest.mark.parametrize("case", PACKED_ROWS)
+def test_narrow_rows_are_packed_on_the_device(case, dtype):
+    shape, view = PACKED_ROWS[case]
+    if dtype.is_floating_point:
+        x = rand(shape, dtype)
+    else:
+        x = torch.randint(0, 2 if dtype == torch.bool else 100, shape).to(dtype)
+    packed = view(x.to("spyre")).clone()  # the view's values, densely
+    assert packed.is_contiguous()
+    assert torch.equal(packed.cpu(), view(x))
+    no_host_copies()  # each went through the host before
+
+
+def test_packing_leaves_the_source_and_feeds_a_kernel():
+    ids = torch.randint(0, 64, (16, 2))
+    on_device = ids.to("spyre")
+    flat = on_device.view(-1)
+    table = torch.randn(64, 32)
+    got = table.to("spyre")[flat]  # an index_select by the flattened ids
+    assert torch.equal(got.cpu(), table[ids.view(-1)])
+    assert torch.equal(on_device.cpu(), ids)
+    no_host_copies()
