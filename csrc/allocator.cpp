@@ -320,9 +320,15 @@ uint64_t storage_window_bytes(const c10::Storage& storage) {
 }
 
 void record_stream(const c10::DataPtr& data, const c10::Stream& stream) {
-  if (data.get_deleter() != &delete_allocation) return;
-  const auto* allocation = static_cast<const Allocation*>(data.get_context());
-  if (allocation->ptr == 0) return;
+  // A storage PyTorch wrapped around our memory (DLPack) records the
+  // allocation it shares.
+  const Allocation* allocation =
+      data.get_deleter() == &delete_allocation
+          ? static_cast<const Allocation*>(data.get_context())
+          : live_allocations().containing(
+                resolve_device_index(data.device().index()),
+                reinterpret_cast<rt::DevicePtr>(data.get()));
+  if (allocation == nullptr || allocation->ptr == 0) return;
   TORCH_CHECK_VALUE(stream.device_index() == allocation->device,
                     "spyre: a tensor of device ", int(allocation->device),
                     " cannot be recorded on a stream of device ",

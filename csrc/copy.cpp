@@ -527,14 +527,10 @@ int64_t storage_window(const at::Tensor& tensor) {
   const uint64_t bytes = storage_window_bytes(tensor.storage());
   if (bytes == 0) return 0;
   const auto element = static_cast<uint64_t>(tensor.element_size());
-  TORCH_CHECK_VALUE(bytes % element == 0,
-                    "spyre: this tensor's storage "
-                    "begins at byte ",
-                    bytes,
-                    " of the spyre tensor it "
-                    "shares (DLPack), inside a ",
-                    tensor.scalar_type(),
-                    " element; export it in the dtype it is read as");
+  TORCH_CHECK_VALUE(
+      bytes % element == 0, "spyre: this tensor's storage begins at byte ",
+      bytes, " of the spyre tensor it shares (DLPack), inside a ",
+      tensor.scalar_type(), " element; export it in the dtype it is read as");
   return static_cast<int64_t>(bytes / element);
 }
 

@@ -170,20 +170,10 @@ void load_floats(const TileRef& t, uint32_t r, uint32_t c0, uint32_t n,
 
 void load_columns_as_rows(const TileRef& t, uint32_t rows, uint32_t cols,
                           float* out) {
-  constexpr uint32_t kBlock = kTransposeBlock;
   with_dtype(t.dtype, [&](auto type) {
-    for (uint32_t r0 = 0; r0 < rows; r0 += kBlock) {
-      const uint32_t r1 = std::min(rows, r0 + kBlock);
-      for (uint32_t c0 = 0; c0 < cols; c0 += kBlock) {
-        const uint32_t c1 = std::min(cols, c0 + kBlock);
-        for (uint32_t c = c0; c < c1; ++c) {
-          for (uint32_t r = r0; r < r1; ++r) {
-            out[static_cast<size_t>(r) * cols + c] =
-                load_float(t.at(r, c), type);
-          }
-        }
-      }
-    }
+    for_each_in_blocks(rows, cols, [&](uint32_t r, uint32_t c) {
+      out[static_cast<size_t>(r) * cols + c] = load_float(t.at(r, c), type);
+    });
   });
 }
 

@@ -3,6 +3,7 @@
 // Not part of the emulator's interface; the tests include it for Philox.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -209,6 +210,21 @@ void load_floats(const TileRef& t, uint32_t r, uint32_t c0, uint32_t n,
 // power-of-two stride apart still fit one set of an 8-way L1 cache; on the
 // B-tile transposes matmul kernels emit it measured as fast as 16 or faster.
 inline constexpr uint32_t kTransposeBlock = 8;
+
+// Calls fn(r, c) for every element of rows x cols, block by block, down each
+// block's columns: the order of a transposing loop.
+template <typename Fn>
+void for_each_in_blocks(uint32_t rows, uint32_t cols, Fn&& fn) {
+  for (uint32_t r0 = 0; r0 < rows; r0 += kTransposeBlock) {
+    const uint32_t r1 = std::min(rows, r0 + kTransposeBlock);
+    for (uint32_t c0 = 0; c0 < cols; c0 += kTransposeBlock) {
+      const uint32_t c1 = std::min(cols, c0 + kTransposeBlock);
+      for (uint32_t c = c0; c < c1; ++c) {
+        for (uint32_t r = r0; r < r1; ++r) fn(r, c);
+      }
+    }
+  }
+}
 
 // Whether `t` runs down its columns (its rows' elements a stride apart, its
 // columns' adjacent): a transposed operand.

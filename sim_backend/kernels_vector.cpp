@@ -535,19 +535,10 @@ void copy_in_blocks(const TileRef& dst, const TileRef& src, uint32_t rows,
   const uint8_t* const in = src.base;
   const int64_t out_row = dst.row_stride, out_col = dst.col_stride;
   const int64_t in_row = src.row_stride, in_col = src.col_stride;
-  constexpr uint32_t kBlock = kTransposeBlock;
-  for (uint32_t r0 = 0; r0 < rows; r0 += kBlock) {
-    const uint32_t r1 = std::min(rows, r0 + kBlock);
-    for (uint32_t c0 = 0; c0 < cols; c0 += kBlock) {
-      const uint32_t c1 = std::min(cols, c0 + kBlock);
-      for (uint32_t c = c0; c < c1; ++c) {
-        for (uint32_t r = r0; r < r1; ++r) {
-          std::memcpy(out + r * out_row + c * out_col,
-                      in + r * in_row + c * in_col, ES);
-        }
-      }
-    }
-  }
+  for_each_in_blocks(rows, cols, [=](uint32_t r, uint32_t c) {
+    std::memcpy(out + r * out_row + c * out_col, in + r * in_row + c * in_col,
+                ES);
+  });
 }
 
 // A copy that only moves elements, read down the source's columns (a

@@ -7,7 +7,9 @@
 
 #include <ATen/ops/empty.h>
 
+#include <initializer_list>
 #include <numeric>
+#include <string_view>
 
 #include "device_state.h"
 #include "ops/launch.h"
@@ -29,6 +31,31 @@ std::optional<int64_t> element_dim(const at::Tensor& src) {
   return std::nullopt;
 }
 
+// Launches the program `build` makes of (in, out) on the device of
+// `tensors`, cached by `name` and both matrices, with `tensors` bound; false
+// when the program cannot be built (the matrices do not fit the
+// scratchpads).
+bool launch_matrix_copy(
+    std::string_view name, const kernels::Matrix& in,
+    const kernels::Matrix& out,
+    c10::function_ref<rt::Program(const kernels::Target&)> build,
+    std::initializer_list<at::Tensor> tensors) {
+  const c10::DeviceIndex device = tensors.begin()->device().index();
+  const kernels::Target target{device_chip(device)};
+  kernels::KeyWriter key;
+  key.add(name);
+  append_key(key, in);
+  append_key(key, out);
+  try {
+    launch_cached(
+        device, ProgramKey(std::move(key)), [&] { return build(target); },
+        tensors);
+  } catch (const kernels::KernelBuildError&) {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool restickify_copy(const at::Tensor& src, const at::Tensor& dst) {
@@ -48,6 +75,18 @@ bool restickify_copy(const at::Tensor& src, const at::Tensor& dst) {
   // (by the elementwise copy, which reads it along its own sticks).
   at::Tensor in_tensor = src.movedim(*k, -1);
   std::optional<kernels::Matrix> in = matrix_view(in_tensor, n - 2);
+  if (!in && n == 2) {
+    // Rows that a reshape merged from the storage's dims (a [2, 8, 64]
+    // storage read as [16, 64], then transposed): split again, as row dims.
+    std::vector<int64_t> strides;
+    const auto sizes = finer_sizes(in_tensor, &strides);
+    if (sizes && sizes->back() == in_tensor.size(-1)) {
+      const at::Tensor rows =
+          in_tensor.as_strided(*sizes, strides, in_tensor.storage_offset());
+      in = matrix_view(rows);
+      if (in) in_tensor = rows;
+    }
+  }
   if (!in && stick_operand(in_tensor).has_value()) {
     in_tensor = materialize(in_tensor);
     in = matrix_view(in_tensor, n - 2);
@@ -55,20 +94,12 @@ bool restickify_copy(const at::Tensor& src, const at::Tensor& dst) {
   const std::optional<kernels::Matrix> out =
       matrix_view(dst.movedim(*k, -2), n - 2);
   if (!in || !out) return false;
-  const c10::DeviceIndex device = dst.device().index();
-  kernels::RelayoutOptions options{{device_chip(device)}};
-  kernels::KeyWriter key;
-  key.add("restickify");
-  append_key(key, *in);
-  append_key(key, *out);
-  try {
-    launch_cached(device, ProgramKey(std::move(key)),
-                  [&] { return kernels::build_restickify(*in, *out, options); },
-                  {in_tensor, dst});
-  } catch (const kernels::KernelBuildError&) {
-    return false;  // too large for the scratchpads in one piece
-  }
-  return true;
+  return launch_matrix_copy("restickify", *in, *out,
+                            [&](const kernels::Target& target) {
+                              return kernels::build_restickify(
+                                  *in, *out, kernels::RelayoutOptions{target});
+                            },
+                            {in_tensor, dst});
 }
 
 namespace {
@@ -96,7 +127,8 @@ int64_t packed_cols(const at::Tensor& dst, int64_t cols) {
 bool pack_rows_copy(const at::Tensor& src, const at::Tensor& dst) {
   if (src.scalar_type() != dst.scalar_type() || src.sizes() != dst.sizes() ||
       !has_device_dtype(src.scalar_type()) || src.numel() == 0 ||
-      src.device() != dst.device() || !covers_storage(dst)) {
+      src.device() != dst.device() || !covers_storage(dst) ||
+      shares_memory(src, dst)) {  // cores would overwrite rows others read
     return false;
   }
   // Trailing dims of one element ([tokens * top_k, 1]) add nothing to the
@@ -128,20 +160,12 @@ bool pack_rows_copy(const at::Tensor& src, const at::Tensor& dst) {
   const std::optional<kernels::Matrix> in = matrix_view(rows);
   const std::optional<kernels::Matrix> out = matrix_view(packed);
   if (!in || !out) return false;
-  const c10::DeviceIndex device = dst.device().index();
-  const kernels::Target target{device_chip(device)};
-  kernels::KeyWriter key;
-  key.add("pack_rows");
-  append_key(key, *in);
-  append_key(key, *out);
-  try {
-    launch_cached(device, ProgramKey(std::move(key)),
-                  [&] { return kernels::build_pack_rows(*in, *out, target); },
-                  {rows, packed});
-  } catch (const kernels::KernelBuildError&) {
-    return false;
-  }
-  return true;
+  return launch_matrix_copy("pack_rows", *in, *out,
+                            [&](const kernels::Target& target) {
+                              return kernels::build_pack_rows(*in, *out,
+                                                              target);
+                            },
+                            {rows, packed});
 }
 
 }  // namespace spyre::torch_glue::ops

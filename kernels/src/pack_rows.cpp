@@ -17,10 +17,11 @@ PackShape pack_shape(const Matrix& in, const Matrix& out) {
   if (in.dtype != out.dtype || !in.batch_dims.empty() ||
       !out.batch_dims.empty() || in.cols == 0 || out.rows == 0 ||
       out.cols % in.cols != 0 || in.rows != out.rows * (out.cols / in.cols)) {
-    throw KernelBuildError(rt::str(
-        "pack_rows: cannot pack a ", in.rows, "x", in.cols, " matrix into ",
-        out.rows, "x", out.cols, " (rows of a whole number of source rows, "
-        "one dtype, no batches)"));
+    throw KernelBuildError(rt::str("pack_rows: cannot pack a ", in.rows, "x",
+                                   in.cols, " matrix into ", out.rows, "x",
+                                   out.cols,
+                                   " (rows of a whole number of source rows, "
+                                   "one dtype, no batches)"));
   }
   return {out.cols / in.cols, padded_row_bytes(in.cols, in.dtype),
           padded_row_bytes(out.cols, out.dtype)};
@@ -31,14 +32,14 @@ PackShape pack_shape(const Matrix& in, const Matrix& out) {
 void emit_chunk(CoreBuilder& core, const Matrix& in, const Matrix& out,
                 const PackShape& s, uint32_t in_buf, uint32_t out_buf,
                 uint64_t d0, uint64_t n) {
-  core.load(in.tiles(0, d0 * s.group, n * s.group, 0, in.cols, in_buf,
-                     s.in_pitch));
+  core.load(
+      in.tiles(0, d0 * s.group, n * s.group, 0, in.cols, in_buf, s.in_pitch));
   const uint32_t es = rt::element_size(in.dtype);
   for (uint64_t k = 0; k < s.group; ++k) {
     // Every g-th source row, from the k-th: position k of each packed row.
-    const rt::Tile src = spad_tile(
-        in_buf + static_cast<uint32_t>(k * s.in_pitch), in.dtype,
-        static_cast<uint32_t>(s.group * s.in_pitch));
+    const rt::Tile src =
+        spad_tile(in_buf + static_cast<uint32_t>(k * s.in_pitch), in.dtype,
+                  static_cast<uint32_t>(s.group * s.in_pitch));
     const rt::Tile dst =
         spad_tile(out_buf + static_cast<uint32_t>(k * in.cols * es), out.dtype,
                   s.out_pitch);
@@ -53,9 +54,9 @@ void emit_chunk(CoreBuilder& core, const Matrix& in, const Matrix& out,
 rt::Program build_pack_rows(const Matrix& in, const Matrix& out,
                             const Target& target) {
   const PackShape s = pack_shape(in, out);
-  ProgramBuilder builder(rt::str("pack_rows_", in.rows, "x", in.cols, "_g",
-                                 s.group),
-                         target.cores(), target.scratchpad_budget());
+  ProgramBuilder builder(
+      rt::str("pack_rows_", in.rows, "x", in.cols, "_g", s.group),
+      target.cores(), target.scratchpad_budget());
   builder.add_arg("in", in.dtype, in.bytes(), false);
   builder.add_arg("out", out.dtype, out.bytes(), true);
   // Destination rows split among the cores; each core goes through its rows

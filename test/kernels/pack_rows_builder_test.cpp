@@ -37,16 +37,15 @@ TEST_P(PackRows, TwoPerRowFlattenedIntoSticks) {
   // [tokens, 2] routing indices read as one flat run of sticks.
   const DType t = GetParam();
   const uint64_t e = rt::elements_per_stick(t);
-  check_pack(Matrix::stick_columns(4 * e, 2, t),
-             Matrix::row_major(8, e, t));
+  check_pack(Matrix::stick_columns(4 * e, 2, t), Matrix::row_major(8, e, t));
 }
 
 TEST_P(PackRows, RowsStraddlingSticksOverFewCores) {
   // 6 elements a row do not divide a stick: packed rows of whole source
   // rows, each padded; three cores share 37 packed rows.
   const DType t = GetParam();
-  check_pack(Matrix::stick_columns(37 * 5, 6, t),
-             Matrix::row_major(37, 30, t), 3);
+  check_pack(Matrix::stick_columns(37 * 5, 6, t), Matrix::row_major(37, 30, t),
+             3);
 }
 
 TEST_P(PackRows, RowsWiderThanAStick) {

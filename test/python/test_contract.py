@@ -319,6 +319,24 @@ def test_dlpack_of_a_view_keeps_the_exporter_alive_and_frees_once():
     assert torch.spyre.memory_allocated() < base
 
 
+def test_dlpack_of_a_view_records_its_stream_on_the_shared_memory():
+    cpu = torch.arange(65536.0)
+    x = cpu.to("spyre")
+    view = from_dlpack(x[1024:])
+    side = torch.spyre.Stream()
+    torch.spyre.synchronize()
+    with torch.spyre.stream(side):
+        busy = torch.randn(512, 512, device="spyre")
+        for _ in range(4):
+            busy = busy @ busy  # keeps the side stream busy a while
+        doubled = view * 2
+    view.record_stream(side)
+    del x, view
+    torch.full((65536,), -1.0, device="spyre")  # x's block, were it free
+    side.synchronize()
+    assert torch.equal(doubled.cpu(), cpu[1024:] * 2)
+
+
 def test_dlpack_of_a_byte_view_reads_any_offset_and_refuses_a_split_element():
     cpu = torch.randn(40, 70)
     x = cpu.to("spyre")

@@ -253,3 +253,13 @@ def test_packing_leaves_the_source_and_feeds_a_kernel():
     assert torch.equal(got.cpu(), table[ids.view(-1)])
     assert torch.equal(on_device.cpu(), ids)
     no_host_copies()
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_a_transpose_of_merged_dims_is_one_relayout(dtype):
+    # qwen2_moe's router: a [2, 8, 64] storage read as [16, 64], transposed
+    # and made contiguous; the merged rows are split again for the re-layout.
+    x = rand((2, 8, 64), dtype)
+    got = x.to("spyre").view(16, 64).t().contiguous()
+    assert torch.equal(got.cpu(), x.view(16, 64).t().contiguous())
+    no_host_copies()

@@ -93,14 +93,28 @@ def close(llm):
     gc.collect()
 
 
-def spyre_generate(llm, prompts, params):
-    """Token ids per prompt, with any CPU fallback an error."""
+def spyre_outputs(llm, prompts, params):
+    """vLLM's outputs per prompt, with any CPU fallback an error."""
     torch.spyre.reset_fallback_stats()
     with torch.spyre.strict():
         outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
                             use_tqdm=False)
     assert torch.spyre.fallback_stats() == {}
-    return [list(o.outputs[0].token_ids) for o in outs]
+    return outs
+
+
+def spyre_generate(llm, prompts, params):
+    """Token ids per prompt, with any CPU fallback an error."""
+    return [list(o.outputs[0].token_ids) for o in spyre_outputs(llm, prompts, params)]
+
+
+def outputs_of_one_engine(path, prompts, params):
+    """spyre_outputs of an engine made for them and closed after."""
+    llm = make_llm(path)
+    try:
+        return spyre_outputs(llm, prompts, params)
+    finally:
+        close(llm)
 
 
 def greedy(max_tokens=NEW_TOKENS):
@@ -610,15 +624,7 @@ def test_logprobs_are_the_raw_log_softmax_of_the_logits(llama_dir):
               greedy(n)]
     model = cpu_model(llama_dir)
     refs = [cpu_penalized_greedy(model, p, s, n) for p, s in zip(prompts, params)]
-    llm = make_llm(llama_dir)
-    try:
-        torch.spyre.reset_fallback_stats()
-        with torch.spyre.strict():
-            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
-                                use_tqdm=False)
-        assert torch.spyre.fallback_stats() == {}
-    finally:
-        close(llm)
+    outs = outputs_of_one_engine(llama_dir, prompts, params)
     for out, (tokens, raw), k in zip(outs, refs, counts):
         got = out.outputs[0]
         assert list(got.token_ids) == tokens
@@ -649,15 +655,7 @@ def test_logprob_token_ids_are_the_chosen_tokens_log_softmax(llama_dir):
               greedy(n)]
     model = cpu_model(llama_dir)
     refs = [cpu_penalized_greedy(model, p, s, n) for p, s in zip(prompts, params)]
-    llm = make_llm(llama_dir)
-    try:
-        torch.spyre.reset_fallback_stats()
-        with torch.spyre.strict():
-            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
-                                use_tqdm=False)
-        assert torch.spyre.fallback_stats() == {}
-    finally:
-        close(llm)
+    outs = outputs_of_one_engine(llama_dir, prompts, params)
     tokens, raw = refs[0]
     got = outs[0].outputs[0]
     assert list(got.token_ids) == tokens
@@ -698,11 +696,7 @@ def test_prompt_logprobs_are_the_log_softmax_of_the_prompt_logits(llama_dir, chu
     model = cpu_model(llama_dir)
     llm = make_llm(llama_dir, **extra)
     try:
-        torch.spyre.reset_fallback_stats()
-        with torch.spyre.strict():
-            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
-                                use_tqdm=False)
-        assert torch.spyre.fallback_stats() == {}
+        outs = spyre_outputs(llm, prompts, params)
         stats = llm.collective_rpc("spyre_stats")[0]
     finally:
         close(llm)
