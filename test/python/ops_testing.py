@@ -36,3 +36,12 @@ def offset_view(t):
 
 def no_fallbacks():
     assert torch.spyre.fallback_stats() == {}
+
+
+def keep_busy(stream):
+    """Queues work on `stream` that keeps it busy a while (four 512^3
+    matmuls), so what is queued after it runs late."""
+    with torch.spyre.stream(stream):
+        busy = torch.randn(512, 512, device="spyre")
+        for _ in range(4):
+            busy = busy @ busy
