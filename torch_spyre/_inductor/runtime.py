@@ -78,8 +78,7 @@ class SpyreKernel:
     def launch(self, tensors) -> None:
         # get_device(): the index as an int, without making a torch.device
         # (this runs for every kernel of every compiled step).
-        index = tensors[0].get_device()
-        program = self._loaded.get(index) or self._program(max(index, 0))
+        program = self._program(max(tensors[0].get_device(), 0))
         relayouts = program.launch(tensors)
         with _lock:
             _stats["launches"] += 1
