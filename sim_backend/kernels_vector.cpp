@@ -541,24 +541,32 @@ void copy_in_blocks(const TileRef& dst, const TileRef& src, uint32_t rows,
   });
 }
 
-// A copy that only moves elements, read down the source's columns (a
-// transpose: how kernels lay a linear layer's weights out for the matrix
-// unit), taken in blocks with each element's bytes as they are. The
-// element-wise path converts through fp32 and back, which is the identity
-// for these dtypes but for the quieting of a signalling NaN; bool (which it
-// normalises to 0/1) and overlapping tiles (whose result depends on the
-// order of the rows) keep it. False when it does not apply.
-bool copy_transposed(const rt::Vector& v, const Operands& ops) {
+// A copy that only moves elements (same dtype) moves each element's bytes
+// as they are: converting through fp32 and back, as the element-wise path
+// does, would quiet a signalling NaN, and a copy must give back the bits it
+// read (PyTorch's copies do). Rows contiguous on both sides move whole; any
+// other strides (a transpose, read down the source's columns: how kernels
+// lay a linear layer's weights out for the matrix unit) move in square
+// blocks. Bool (which the element-wise path normalises to 0/1) and
+// overlapping tiles (whose result depends on the order of the rows) keep the
+// element-wise path. False when it does not apply.
+bool copy_as_bytes(const rt::Vector& v, const Operands& ops) {
   const TileRef& src = ops.src0;
   const TileRef& dst = ops.dst;
   if (v.op != VecOp::kCopy || v.rows == 0 || v.cols == 0 ||
-      src.dtype != dst.dtype || dst.dtype == rt::DType::kBool ||
-      src.contiguous_rows() || src.row_stride == 0 || src.col_stride == 0) {
+      src.dtype != dst.dtype || dst.dtype == rt::DType::kBool) {
     return false;
   }
   const auto [src_lo, src_hi] = span_of(src, v.rows, v.cols);
   const auto [dst_lo, dst_hi] = span_of(dst, v.rows, v.cols);
   if (src_lo < dst_hi && dst_lo < src_hi) return false;
+  if (src.contiguous_rows() && dst.contiguous_rows()) {
+    const size_t row_bytes = size_t{v.cols} * rt::element_size(dst.dtype);
+    for (uint32_t r = 0; r < v.rows; ++r) {
+      std::memcpy(dst.at(r, 0), src.at(r, 0), row_bytes);
+    }
+    return true;
+  }
   switch (rt::element_size(dst.dtype)) {
     case 1:
       copy_in_blocks<1>(dst, src, v.rows, v.cols);
@@ -584,7 +592,7 @@ void run_vector(const rt::Vector& v, std::span<uint8_t> spad) {
     device_error(rt::str("vector: unknown op code ", static_cast<int>(v.op)));
   }
   Operands ops = bind_operands(v, spad);
-  if (copy_transposed(v, ops)) return;
+  if (copy_as_bytes(v, ops)) return;
   if (computes_in_float(v)) {
     run_rows<float>(v, ops, run_float_chunk);
   } else {

@@ -264,6 +264,10 @@ class Scheduler {
       return rand_cycles(*r, table_);
     }
     if (std::holds_alternative<rt::RingSend>(inst)) {
+      if (d.through_transpose_pipeline) {
+        return table_.relayout_transfer_cycles(
+            d.bytes_moved, static_cast<uint32_t>(exe_.cores.size()));
+      }
       return table_.ring_send_fixed_cycles +
              ceil_div(d.bytes_moved, table_.ring_bytes_per_cycle);
     }

@@ -190,8 +190,11 @@ BlockEmitter::TileId BlockEmitter::combine_across_cores(rt::RedOp op,
   for (size_t i = 1; i < cores.size(); ++i) {
     if (out_ != nullptr) {
       out_->emit(rt::RingRecv{
-          cores[i], cores[i],
-          static_cast<uint32_t>(region_ + offset + i * rt::kStickBytes), 4});
+          cores[i],
+          cores[i],
+          static_cast<uint32_t>(region_ + offset + i * rt::kStickBytes),
+          4,
+          {}});
     }
   }
   const TileId result = new_tile(kF32, false, false);

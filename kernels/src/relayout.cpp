@@ -74,6 +74,38 @@ void emit_own_piece(CoreBuilder& core, const RelayoutPlacement& p, uint32_t i,
                 u32(e)));
 }
 
+bool lands_transposed(const RelayoutPlacement& p) {
+  return p.ring_transpose == RingTranspose::kPipeline;
+}
+
+// Cycles core i's ring engine spends sending one stick of `rows` rows.
+uint64_t send_cycles(const RelayoutPlacement& p, uint64_t rows) {
+  if (lands_transposed(p)) {
+    return p.costs.relayout_transfer_cycles(rows * kStick, p.cores);
+  }
+  return p.costs.ring_send_fixed_cycles +
+         ceil_div(rows * kStick, p.costs.ring_bytes_per_cycle);
+}
+
+// Core j's receive of stick s of piece (k, j): into the staging area for
+// the vector unit, or through the transpose pipeline straight into dst
+// (rows s * E.., columns of core k's rows), as emit_transpose would put it.
+rt::RingRecv receive_piece(const RelayoutPlacement& p, uint32_t j, uint32_t k,
+                           uint64_t s, uint32_t channel) {
+  const uint64_t a = p.row_blocks.begin(k);
+  const uint32_t bytes = u32(p.row_blocks.size(k) * kStick);
+  if (!lands_transposed(p)) {
+    return rt::RingRecv{
+        channel, k, u32(p.staging + (s * p.rows + a) * kStick), bytes, {}};
+  }
+  const uint64_t e = rt::elements_per_stick(p.dtype);
+  const uint64_t cols_in_stick = std::min(e, p.col_blocks.size(j) - s * e);
+  return rt::RingRecv{
+      channel, k,
+      u32(p.dst + s * e * p.dst_pitch + a * rt::element_size(p.dtype)), bytes,
+      rt::StickTranspose{p.dtype, u32(cols_in_stick), p.dst_pitch}};
+}
+
 // The exchange runs in steps: at step t core i sends its piece to core
 // i ^ t and receives core (i ^ t)'s piece (pairs over the next power of two
 // of the core count; a partner past the last core sits the step out).
@@ -99,11 +131,6 @@ std::vector<uint32_t> exchange_steps(uint32_t cores, uint32_t per_group) {
 
 void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
   const uint32_t n = p.cores;
-  // Cycles to send one stick of `rows` rows (the target's ring figures).
-  auto send_cycles = [&p](uint64_t rows) {
-    return p.costs.ring_send_fixed_cycles +
-           ceil_div(rows * kStick, p.costs.ring_bytes_per_cycle);
-  };
   const uint64_t e = rt::elements_per_stick(p.dtype);
   // channel[i][j] is the first of sticks(bc_j) channels for piece (i, j).
   std::vector<std::vector<uint32_t>> channel(n, std::vector<uint32_t>(n));
@@ -120,10 +147,12 @@ void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
   // Received pieces are transposed in groups spanning as many bytes of a dst
   // row as the vector unit takes a cycle: it then runs full-width rows, and
   // only one group is left to transpose after the final piece arrives.
+  // (The transpose pipeline needs no groups: each piece lands done.)
   uint32_t per_group = 1;
-  while (2 * per_group * std::max<uint64_t>(p.row_blocks.chunk(), 1) *
-             rt::element_size(p.dtype) <=
-         p.costs.vector_bytes_per_cycle) {
+  while (!lands_transposed(p) &&
+         2 * per_group * std::max<uint64_t>(p.row_blocks.chunk(), 1) *
+                 rt::element_size(p.dtype) <=
+             p.costs.vector_bytes_per_cycle) {
     per_group *= 2;
   }
   const std::vector<uint32_t> steps = exchange_steps(n, per_group);
@@ -141,6 +170,7 @@ void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
       missing[k / per_group] += p.row_blocks.size(k) > 0;
     }
     auto arrived = [&](uint32_t k) {
+      if (lands_transposed(p)) return;
       const uint32_t g = k / per_group;
       if (--missing[g] > 0) return;
       const uint64_t a = p.row_blocks.begin(g * per_group);
@@ -150,7 +180,15 @@ void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
                        u32(p.staging + (s * p.rows + a) * kStick), a, b);
       }
     };
-    if (br > 0 && bc > 0) {
+    if (br > 0 && bc > 0 && lands_transposed(p)) {
+      // The own piece goes from src to dst on the vector unit.
+      const uint64_t a = p.row_blocks.begin(i);
+      for (uint64_t s = 0; s < my_sticks; ++s) {
+        const uint64_t stick = p.col_blocks.begin(i) / e + s;
+        emit_transpose(core, p, i, s, u32(p.src + stick * br * kStick), a,
+                       a + br);
+      }
+    } else if (br > 0 && bc > 0) {
       for (uint64_t s = 0; s < my_sticks; ++s) emit_own_piece(core, p, i, s);
       arrived(i);
     }
@@ -171,11 +209,11 @@ void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
       uint64_t piece_cycles = 0;
       if (br > 0 && bcj > 0) {
         for (uint64_t s = 0; s < sticks(bcj, p.dtype); ++s) {
-          piece_cycles += send_cycles(br);
+          piece_cycles += send_cycles(p, br);
         }
       }
       if (brj > 0 && bc > 0) {
-        const uint64_t theirs = my_sticks * send_cycles(brj);
+        const uint64_t theirs = my_sticks * send_cycles(p, brj);
         receives.push_back(
             {clock + theirs + p.costs.ring_hop_cycles * ring_distance(i, j, n) +
                  kReceiveMarginCycles,
@@ -186,17 +224,18 @@ void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
     std::stable_sort(
         receives.begin(), receives.end(),
         [](const Receive& a, const Receive& b) { return a.ready < b.ready; });
+    // Receives that land through the transpose pipeline go after all the
+    // core's sends: nothing waits on them within the exchange, and one
+    // placed early would hold up later sends in the ring queue.
     size_t next_receive = 0;
     auto receive_until = [&](uint64_t time) {
+      if (lands_transposed(p) && time != ~uint64_t{0}) return;
       for (; next_receive < receives.size() &&
              receives[next_receive].ready <= time;
            ++next_receive) {
         const uint32_t k = receives[next_receive].from;
         for (uint64_t s = 0; s < my_sticks; ++s) {
-          core.emit(rt::RingRecv{
-              u32(channel[k][i] + s), k,
-              u32(p.staging + (s * p.rows + p.row_blocks.begin(k)) * kStick),
-              u32(p.row_blocks.size(k) * kStick)});
+          core.emit(receive_piece(p, i, k, s, u32(channel[k][i] + s)));
         }
         arrived(k);
       }
@@ -213,7 +252,7 @@ void emit_ring(ProgramBuilder& builder, const RelayoutPlacement& p) {
         core.emit(rt::RingSend{u32(channel[i][j] + s), j,
                                u32(p.src + stick * br * kStick),
                                u32(br * kStick)});
-        clock += send_cycles(br);
+        clock += send_cycles(p, br);
       }
     }
     receive_until(~uint64_t{0});
@@ -328,7 +367,21 @@ uint64_t RelayoutPlacement::dst_bytes() const {
   return col_blocks.chunk() * padded_row_bytes(rows, dtype);
 }
 uint64_t RelayoutPlacement::staging_bytes() const {
-  return sticks(col_blocks.chunk(), dtype) * rows * kStick;
+  const bool staged = path == RelayoutPath::kDeviceMemory ||
+                      (path == RelayoutPath::kRing && !lands_transposed(*this));
+  return staged ? sticks(col_blocks.chunk(), dtype) * rows * kStick : 0;
+}
+
+const char* ring_transpose_name(RingTranspose how) {
+  switch (how) {
+    case RingTranspose::kFastest:
+      return "fastest";
+    case RingTranspose::kPipeline:
+      return "transpose_pipeline";
+    case RingTranspose::kVectorUnit:
+      return "vector_unit";
+  }
+  return "?";
 }
 
 uint64_t relayout_scratch_bytes(uint64_t rows, uint64_t cols, rt::DType dtype) {
@@ -337,21 +390,38 @@ uint64_t relayout_scratch_bytes(uint64_t rows, uint64_t cols, rt::DType dtype) {
 
 namespace {
 
+// Which way of transposing on the ring is faster for p's blocks, by one
+// core's ring-engine time per stick of its largest row block: the pieces
+// are the same either way, and the vector unit's transposes overlap the
+// sends (but for the last group's, a small tail left out of the estimate).
+RingTranspose fastest_ring_transpose(RelayoutPlacement p) {
+  const uint64_t rows = p.row_blocks.chunk();
+  p.ring_transpose = RingTranspose::kPipeline;
+  const uint64_t pipeline = send_cycles(p, rows);
+  p.ring_transpose = RingTranspose::kVectorUnit;
+  return pipeline <= send_cycles(p, rows) ? RingTranspose::kPipeline
+                                          : RingTranspose::kVectorUnit;
+}
+
 // The blocks of a rows x cols re-layout over at most `cores` cores (no
-// buffers yet).
+// buffers yet), the way of transposing decided.
 RelayoutPlacement place_blocks(uint64_t rows, uint64_t cols, rt::DType dtype,
-                               uint32_t cores, const rt::CostTable& costs) {
+                               uint32_t cores, const RelayoutOptions& o) {
   const uint64_t e = rt::elements_per_stick(dtype);
   RelayoutPlacement p;
   p.rows = rows;
   p.cols = cols;
   p.dtype = dtype;
-  p.costs = costs;
+  p.costs = o.target.costs();
+  p.path = o.path;
   p.cores = std::max(Split{rows, cores, e}.used_parts(),
                      Split{cols, cores, e}.used_parts());
   p.row_blocks = Split{rows, p.cores, e};
   p.col_blocks = Split{cols, p.cores, e};
   p.dst_pitch = padded_row_bytes(rows, dtype);
+  p.ring_transpose = o.ring_transpose == RingTranspose::kFastest
+                         ? fastest_ring_transpose(p)
+                         : o.ring_transpose;
   return p;
 }
 
@@ -370,11 +440,11 @@ struct PassShape {
 };
 
 PassShape pass_shape(uint64_t rows, uint64_t cols, rt::DType dtype,
-                     uint32_t cores, const Target& target) {
+                     uint32_t cores, const RelayoutOptions& o) {
   const uint64_t e = rt::elements_per_stick(dtype);
   const auto fits = [&](uint64_t r, uint64_t c) {
-    return scratchpad_need(place_blocks(r, c, dtype, cores, target.costs())) <=
-           target.scratchpad_budget();
+    return scratchpad_need(place_blocks(r, c, dtype, cores, o)) <=
+           o.target.scratchpad_budget();
   };
   // the most of n, in whole sticks, that `ok` accepts (0: not one stick)
   const auto most = [&](uint64_t n, const auto& ok) -> uint64_t {
@@ -402,8 +472,7 @@ RelayoutPlacement plan_relayout(ProgramBuilder& builder, uint64_t rows,
                                 uint64_t cols, rt::DType dtype,
                                 const RelayoutOptions& o) {
   const uint32_t cores = std::min(o.target.cores(), builder.num_cores());
-  RelayoutPlacement p =
-      place_blocks(rows, cols, dtype, cores, o.target.costs());
+  RelayoutPlacement p = place_blocks(rows, cols, dtype, cores, o);
   const uint64_t need = scratchpad_need(p);
   const uint64_t budget = o.target.scratchpad_budget();
   if (need > budget) {
@@ -418,7 +487,9 @@ RelayoutPlacement plan_relayout(ProgramBuilder& builder, uint64_t rows,
     const uint32_t src = core.reserve(u32(p.src_bytes()), "relayout src");
     const uint32_t dst = core.reserve(u32(p.dst_bytes()), "relayout dst");
     const uint32_t staging =
-        core.reserve(u32(p.staging_bytes()), "relayout staging");
+        p.staging_bytes() == 0
+            ? 0
+            : core.reserve(u32(p.staging_bytes()), "relayout staging");
     if (i == 0) {
       p.src = src;
       p.dst = dst;
@@ -445,14 +516,14 @@ void emit_barrier(ProgramBuilder& builder, uint32_t cores) {
       CoreBuilder& core = builder.core(i);
       core.emit(rt::RingSend{channel[i], (i + step) % cores, 0, 0});
       const uint32_t from = (i + cores - step) % cores;
-      core.emit(rt::RingRecv{channel[from], from, 0, 0});
+      core.emit(rt::RingRecv{channel[from], from, 0, 0, {}});
     }
   }
 }
 
 void emit_relayout(ProgramBuilder& builder, const RelayoutPlacement& place,
-                   RelayoutPath path, uint32_t scratch_slot) {
-  switch (path) {
+                   uint32_t scratch_slot) {
+  switch (place.path) {
     case RelayoutPath::kRing:
       emit_ring(builder, place);
       return;
@@ -479,8 +550,7 @@ rt::Program build_restickify(const Matrix& in, const Matrix& out,
         false);
   }
   const uint32_t cores = std::min(o.target.cores(), builder.num_cores());
-  const PassShape pass =
-      pass_shape(in.rows, in.cols, in.dtype, cores, o.target);
+  const PassShape pass = pass_shape(in.rows, in.cols, in.dtype, cores, o);
   const RelayoutPlacement full =
       plan_relayout(builder, pass.rows, pass.cols, in.dtype, o);
   const uint64_t e = rt::elements_per_stick(in.dtype);
@@ -503,7 +573,7 @@ rt::Program build_restickify(const Matrix& in, const Matrix& out,
           emit_load_src(builder.core(i), in, p, i, row0, col0, batch);
         }
         if (o.barrier_after_load) emit_barrier(builder, p.cores);
-        emit_relayout(builder, p, o.path, scratch);
+        emit_relayout(builder, p, scratch);
         for (uint32_t j = 0; j < p.cores; ++j) {
           const uint64_t bc = p.col_blocks.size(j);
           if (bc == 0) continue;

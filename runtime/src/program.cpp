@@ -146,7 +146,15 @@ std::vector<SpadRange> ranges_of(const RingSend& i) {
 }
 std::vector<SpadRange> ranges_of(const RingRecv& i) {
   RangeCollector out;
-  out.add(linear_range(i.spad, i.bytes, true));
+  if (i.transpose.enabled()) {
+    // `cols` landed rows of one element per received stick.
+    const Tile landed{i.spad, i.transpose.dtype,
+                      static_cast<int32_t>(i.transpose.pitch),
+                      static_cast<int32_t>(element_size(i.transpose.dtype))};
+    out.add(tile_range(landed, i.transpose.cols, i.bytes / kStickBytes, true));
+  } else {
+    out.add(linear_range(i.spad, i.bytes, true));
+  }
   return out.ranges;
 }
 std::vector<SpadRange> ranges_of(const MatMul& i) {
@@ -418,6 +426,29 @@ class Validator {
   void check_fields(const RingRecv& i) {
     ring_[i.channel].recvs.push_back(
         {core_index_, instruction_index_, i.src_core, i.bytes});
+    check_transpose(i.transpose, i.spad, i.bytes);
+  }
+  void check_transpose(const StickTranspose& t, uint32_t spad,
+                       uint32_t bytes) const {
+    require(valid_dtype(t.dtype), "transpose.dtype ", static_cast<int>(t.dtype),
+            " is not a valid dtype");
+    if (!t.enabled()) {
+      require(t.pitch == 0, "transpose.pitch ", t.pitch,
+              " without transpose.cols (a plain receive has no pitch)");
+      return;
+    }
+    check_stick(bytes, "bytes of a transposed receive");
+    const uint32_t size = element_size(t.dtype);
+    require(t.cols <= elements_per_stick(t.dtype), "transpose.cols ", t.cols,
+            " exceeds the ", elements_per_stick(t.dtype), " ",
+            dtype_name(t.dtype), " elements of a stick");
+    require(spad % size == 0 && t.pitch % size == 0, "transposed landing at ",
+            spad, " with pitch ", t.pitch, " is not aligned to its ", size,
+            "-byte elements");
+    const uint64_t row_bytes = uint64_t{bytes} / kStickBytes * size;
+    require(t.cols == 1 || t.pitch >= row_bytes, "transpose.pitch ", t.pitch,
+            " is shorter than a landed row (", row_bytes,
+            " bytes): the rows would overlap");
   }
   void check_fields(const MatMul& i) const {
     check_tile(i.a, "a");

@@ -68,8 +68,13 @@ template <typename Ar, typename P>
 requires std::is_same_v<std::remove_const_t<P>, RingSend>
 void fields(Ar& ar, P& s) { ar(s.channel, s.dst_core, s.spad, s.bytes); }
 template <typename Ar, typename P>
+requires std::is_same_v<std::remove_const_t<P>, StickTranspose>
+void fields(Ar& ar, P& t) { ar(t.dtype, t.cols, t.pitch); }
+template <typename Ar, typename P>
 requires std::is_same_v<std::remove_const_t<P>, RingRecv>
-void fields(Ar& ar, P& r) { ar(r.channel, r.src_core, r.spad, r.bytes); }
+void fields(Ar& ar, P& r) {
+  ar(r.channel, r.src_core, r.spad, r.bytes, r.transpose);
+}
 template <typename Ar, typename P>
 requires std::is_same_v<std::remove_const_t<P>, Tile>
 void fields(Ar& ar, P& t) { ar(t.offset, t.dtype, t.row_stride, t.col_stride); }

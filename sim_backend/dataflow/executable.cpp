@@ -129,6 +129,10 @@ SimExecutable::SimExecutable(const rt::Program& program,
   for (auto& [channel, e] : ends) {
     channels.push_back(channel);
     channel_ends.push_back(e);
+    const auto* recv = std::get_if<rt::RingRecv>(&at(e.recv).inst);
+    if (recv != nullptr && recv->transpose.enabled()) {
+      at(e.send).through_transpose_pipeline = true;
+    }
   }
 
   // Device accesses per instruction, from the plan (program order).

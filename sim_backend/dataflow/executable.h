@@ -32,6 +32,9 @@ struct DecodedInst {
   int64_t relocation = -1;  // first relocation of this instruction, or -1
   std::vector<InstRef> deps;
   uint64_t bytes_moved = 0;  // DMA or ring payload
+  // A send whose receive lands transposed: it runs through the on-chip
+  // transpose pipeline, at that pipeline's rate (timing.cpp).
+  bool through_transpose_pipeline = false;
   // The static schedule, in cycles from launch start.
   uint64_t start = 0, end = 0;
 };

@@ -10,6 +10,7 @@
 
 #include "device.h"
 #include "kernels.h"
+#include "kernels_util.h"
 #include "spyre/runtime/error.h"
 #include "spyre/sim/sim.h"
 
@@ -342,7 +343,9 @@ class Launch {
   // False when the send has not run yet: the core parks.
   bool receive(size_t c, const rt::RingRecv& r) {
     size_t ch = exe_.channel_index(r.channel);
-    check_spad(c, r.spad, int64_t{r.spad} + r.bytes, "RingRecv");
+    for (const rt::SpadRange& range : rt::scratchpad_ranges(r)) {
+      check_spad(c, range.lo, range.hi, "RingRecv");
+    }
     {
       std::lock_guard lock(mutex_);
       if (!channels_[ch].sent) {
@@ -353,10 +356,26 @@ class Launch {
     const Channel& channel = channels_[ch];
     size_t bytes = std::min<size_t>(r.bytes, channel.data.size());
     // A zero-byte token carries no data (and its buffer may be null).
-    if (bytes > 0) {
+    if (bytes == 0) return true;
+    if (r.transpose.enabled()) {
+      land_transposed(spads_[c].data() + r.spad, channel.data.data(), bytes,
+                      r.transpose);
+    } else {
       std::memcpy(spads_[c].data() + r.spad, channel.data.data(), bytes);
     }
     return true;
+  }
+
+  // Element c of received stick s to row c, column s (program.h).
+  static void land_transposed(uint8_t* dst, const uint8_t* sticks, size_t bytes,
+                              const rt::StickTranspose& t) {
+    const uint32_t size = rt::element_size(t.dtype);
+    const auto rows = static_cast<uint32_t>(bytes / rt::kStickBytes);
+    for_each_in_blocks(rows, t.cols, [&](uint32_t s, uint32_t col) {
+      std::memcpy(dst + size_t{col} * t.pitch + size_t{s} * size,
+                  sticks + size_t{s} * rt::kStickBytes + size_t{col} * size,
+                  size);
+    });
   }
 
   bool step(size_t c, const DecodedInst& d) {

@@ -13,6 +13,7 @@ namespace {
 using kernels::Matrix;
 using kernels::RelayoutOptions;
 using kernels::RelayoutPath;
+using kernels::RingTranspose;
 using rt::DType;
 
 struct Result {
@@ -21,9 +22,11 @@ struct Result {
 };
 
 Result run_path(const Matrix& in, const Matrix& out, const Image& input,
-                RelayoutPath path, uint32_t max_cores, bool barrier = false) {
+                RelayoutPath path, uint32_t max_cores, bool barrier = false,
+                RingTranspose how = RingTranspose::kFastest) {
   RelayoutOptions o;
   o.path = path;
+  o.ring_transpose = how;
   o.target = sim_target(max_cores);
   o.barrier_after_load = barrier;
   const rt::Program program = kernels::build_restickify(in, out, o);
@@ -39,30 +42,46 @@ Result run_path(const Matrix& in, const Matrix& out, const Image& input,
   return r;
 }
 
+// The ring path both ways it transposes (the transpose pipeline, the
+// vector unit) and the device-memory path write the same bytes, and they
+// are X's transpose.
 void check_restickify(const Matrix& in, const Matrix& out,
-                      uint32_t max_cores = 0) {
+                      uint32_t max_cores = 0, bool barrier = false) {
   ASSERT_EQ(in.batch_count(), out.batch_count());
   std::mt19937 rng(3);
   Image input(in.bytes());
   input.fill(in, rng, -100, 100);
-  Result ring = run_path(in, out, input, RelayoutPath::kRing, max_cores);
   const Result dram =
-      run_path(in, out, input, RelayoutPath::kDeviceMemory, max_cores);
-  ASSERT_EQ(ring.out.bytes.size(), dram.out.bytes.size());
-  EXPECT_TRUE(ring.out.bytes == dram.out.bytes)
-      << "ring and device-memory paths wrote different bytes";
-  Image& got = ring.out;
-  for (uint64_t b = 0; b < in.batch_count(); ++b) {
-    for (uint64_t r = 0; r < in.rows; ++r) {
-      for (uint64_t c = 0; c < in.cols; ++c) {
-        ASSERT_EQ(got.get(out, b, c, r), input.get(in, b, r, c))
-            << "batch " << b << " X^T[" << c << ", " << r << "]";
+      run_path(in, out, input, RelayoutPath::kDeviceMemory, max_cores, barrier);
+  for (RingTranspose how :
+       {RingTranspose::kPipeline, RingTranspose::kVectorUnit}) {
+    SCOPED_TRACE(kernels::ring_transpose_name(how));
+    Result ring =
+        run_path(in, out, input, RelayoutPath::kRing, max_cores, barrier, how);
+    ASSERT_EQ(ring.out.bytes.size(), dram.out.bytes.size());
+    EXPECT_TRUE(ring.out.bytes == dram.out.bytes)
+        << "ring and device-memory paths wrote different bytes";
+    Image& got = ring.out;
+    for (uint64_t b = 0; b < in.batch_count(); ++b) {
+      for (uint64_t r = 0; r < in.rows; ++r) {
+        for (uint64_t c = 0; c < in.cols; ++c) {
+          ASSERT_EQ(got.get(out, b, c, r), input.get(in, b, r, c))
+              << "batch " << b << " X^T[" << c << ", " << r << "]";
+        }
       }
     }
+    if (max_cores > 1) {
+      EXPECT_GT(ring.stats.ring_bytes, 0u);
+    }
   }
-  if (max_cores > 1) {
-    EXPECT_GT(ring.stats.ring_bytes, 0u);
-  }
+}
+
+TEST(RestickifyLarge, BenchShapeWithTheTimingBarrier) {
+  // relayout_bench's shape: 1024 x 1024 fp16 over 32 cores, 32 x 32 blocks
+  // of 32 rows and one stick each.
+  const DType t = DType::kFloat16;
+  check_restickify(Matrix::stick_columns(1024, 1024, t),
+                   Matrix::stick_columns(1024, 1024, t), 32, true);
 }
 
 class Restickify : public ::testing::TestWithParam<DType> {};

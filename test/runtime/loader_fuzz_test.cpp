@@ -127,7 +127,10 @@ class FieldMutator {
            g.index_dtype, g.count, g.spad, g.spad_stride);
   }
   void field(RingSend& s) { fields(s.channel, s.dst_core, s.spad, s.bytes); }
-  void field(RingRecv& r) { fields(r.channel, r.src_core, r.spad, r.bytes); }
+  void field(RingRecv& r) {
+    fields(r.channel, r.src_core, r.spad, r.bytes, r.transpose.dtype,
+           r.transpose.cols, r.transpose.pitch);
+  }
   void field(MatMul& m) { fields(m.a, m.b, m.c, m.m, m.n, m.k, m.accumulate); }
   void field(Vector& v) {
     fields(v.op, v.dst, v.src0, v.src1, v.src2, v.rows, v.cols, v.src1_is_imm,

@@ -134,7 +134,9 @@ inline Program sample_program() {
   StickTransfer shared_w1 = shared_w;
   shared_w1.spad = 0;
   c1.instructions.push_back(DmaLoad{shared_w1});
-  c1.instructions.push_back(RingRecv{7, 0, 4096, 4096});
+  // The 32 sticks land transposed: 64 rows of 32 fp16, 64 bytes apart.
+  c1.instructions.push_back(
+      RingRecv{7, 0, 4096, 4096, StickTranspose{DType::kFloat16, 64, 64}});
   // Two runs written backwards from byte 4224: [3968, 4224) of y, bytes
   // [4, 124) of each under a write mask.
   c1.instructions.push_back(
@@ -166,7 +168,8 @@ inline Program ring_program() {
     core.instructions.push_back(
         MatMul{tile(0, DType::kInt8, 16, 1), tile(256, DType::kInt8, 16, 1),
                tile(512, DType::kInt32, 64, 4), 16, 16, 16, c > 0});
-    if (c > 0) core.instructions.push_back(RingRecv{c - 1, (c - 1) * 8, 0, 0});
+    if (c > 0)
+      core.instructions.push_back(RingRecv{c - 1, (c - 1) * 8, 0, 0, {}});
     if (c < 3) core.instructions.push_back(RingSend{c, (c + 1) * 8, 0, 0});
     core.instructions.push_back(DmaStore{transfer(0, c * 512, 512, 512)});
     p.cores.push_back(core);

@@ -175,11 +175,18 @@ TEST(ScratchpadRanges, ReduceDmaRingAndGather) {
   EXPECT_FALSE(scratchpad_ranges(DmaStore{x})[0].write);
 
   EXPECT_TRUE(scratchpad_ranges(RingSend{0, 1, 0, 0}).empty());
-  auto recv = scratchpad_ranges(RingRecv{0, 1, 256, 384});
+  auto recv = scratchpad_ranges(RingRecv{0, 1, 256, 384, {}});
   ASSERT_EQ(recv.size(), 1u);
   EXPECT_EQ(recv[0].lo, 256);
   EXPECT_EQ(recv[0].hi, 640);
   EXPECT_TRUE(recv[0].write);
+  // Three fp32 sticks landed transposed: 20 rows of 3 elements, 256 apart.
+  auto landed = scratchpad_ranges(
+      RingRecv{0, 1, 256, 384, StickTranspose{DType::kFloat32, 20, 256}});
+  ASSERT_EQ(landed.size(), 1u);
+  EXPECT_EQ(landed[0].lo, 256);
+  EXPECT_EQ(landed[0].hi, 256 + 19 * 256 + 3 * 4);
+  EXPECT_TRUE(landed[0].write);
 
   DmaGather g;
   g.index_spad = 8;
@@ -362,10 +369,31 @@ std::vector<Violation> violations() {
       {"ring bytes differ",
        [](Program& p) { inst<RingRecv>(p, 1, 1).bytes = 2048; },
        "channel 7 receives 2048 bytes but its send carries 4096"},
+      {"transposed landing past the scratchpad",
+       [](Program& p) { inst<RingRecv>(p, 1, 1).transpose.pitch = 128; },
+       "scratchpad range [4096, 12224) exceeds the core's footprint of 8192"},
+      {"transpose cols past a stick",
+       [](Program& p) { inst<RingRecv>(p, 1, 1).transpose.cols = 65; },
+       "transpose.cols 65 exceeds the 64"},
+      {"transposed rows overlap",
+       [](Program& p) { inst<RingRecv>(p, 1, 1).transpose.pitch = 32; },
+       "transpose.pitch 32 is shorter than a landed row (64 bytes)"},
+      {"transpose pitch without cols",
+       [](Program& p) { inst<RingRecv>(p, 1, 1).transpose.cols = 0; },
+       "transpose.pitch 64 without transpose.cols"},
+      {"transposed landing misaligned",
+       [](Program& p) { inst<RingRecv>(p, 1, 1).spad = 4095; },
+       "transposed landing at 4095 with pitch 64 is not aligned"},
+      {"transposed receive of part of a stick",
+       [](Program& p) {
+         inst<RingRecv>(p, 1, 1).bytes = 4000;
+         inst<RingSend>(p, 0, 12).bytes = 4000;
+       },
+       "bytes of a transposed receive = 4000 is not a multiple of 128"},
       {"ring to itself",
        [](Program& p) {
          p.cores[0].instructions.push_back(RingSend{9, 0, 0, 0});
-         p.cores[0].instructions.push_back(RingRecv{9, 0, 0, 0});
+         p.cores[0].instructions.push_back(RingRecv{9, 0, 0, 0, {}});
        },
        "ring channel 9 sends from core id 0 to itself"},
       {"share group reads differ",

@@ -2,6 +2,8 @@
 // tokens ordering device memory, and programs whose channels deadlock.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "sim_test_util.h"
 
 namespace spyre::sim::test {
@@ -15,7 +17,7 @@ rt::RingSend send(uint32_t channel, uint32_t dst_core, uint32_t spad,
 }
 rt::RingRecv recv(uint32_t channel, uint32_t src_core, uint32_t spad,
                   uint32_t bytes) {
-  return rt::RingRecv{channel, src_core, spad, bytes};
+  return rt::RingRecv{channel, src_core, spad, bytes, {}};
 }
 
 // One DMA of `bytes` in one run with the DRAM server idle, in cycles.
@@ -59,6 +61,61 @@ TEST_P(SimLaunchRingPair, SendMovesTheBytesAndPaysPerHop) {
                                            kBytes / t.ring_bytes_per_cycle);
   EXPECT_EQ(stats.core_busy_cycles[dst],
             lone_dma_cycles(kBytes) + t.ring_recv_cycles);
+}
+
+// The transpose pipeline: core 0 sends `rows` sticks (rows of X, one stick
+// of columns each) and core 5 lands them transposed, X^T with rows `pitch`
+// bytes apart; only `cols` columns of each stick land (a ragged last stick),
+// and the padding after each landed row keeps what the scratchpad held. The
+// send runs at the pipeline's rate: relayout_transfer_cycles of a program
+// over two cores.
+TEST(SimLaunchRingTranspose, LandsTheSticksTransposedAtThePipelinesRate) {
+  for (DType t : {DType::kFloat16, DType::kFloat32, DType::kInt8}) {
+    SCOPED_TRACE(rt::dtype_name(t));
+    const uint32_t es = rt::element_size(t);
+    const uint32_t rows = 40, cols = rt::elements_per_stick(t) - 3;
+    const uint32_t pitch = (rows * es + 127) / 128 * 128;  // whole sticks
+    const uint32_t in_bytes = rows * 128, out_bytes = cols * pitch;
+    auto device = small_device();
+    rt::Program p;
+    p.name = "ring_transpose";
+    p.args = {slot("x", in_bytes, t), slot("xt", out_bytes, t, true)};
+    p.cores = {
+        core(0, {load(xfer(0, 0, 0, in_bytes)), send(3, 5, 0, in_bytes)}),
+        core(5, {load(xfer(1, 0, 65536, out_bytes)),
+                 rt::RingRecv{3, 0, 65536, in_bytes,
+                              rt::StickTranspose{t, cols, pitch}},
+                 store(xfer(1, 0, 65536, out_bytes))})};
+    Buffers buffers(*device, p);
+    const std::vector<uint8_t> x = random_bytes(in_bytes, 11);
+    const std::vector<uint8_t> before = random_bytes(out_bytes, 12);
+    buffers.upload(0, x);
+    buffers.upload(1, before);
+
+    rt::LaunchStats stats = run(*device, p, buffers);
+
+    const std::vector<uint8_t> xt = buffers.download<uint8_t>(1);
+    for (uint32_t c = 0; c < cols; ++c) {
+      for (uint32_t b = 0; b < pitch; ++b) {
+        const uint32_t r = b / es;
+        const uint8_t want =
+            r < rows ? x[r * 128 + c * es + b % es] : before[c * pitch + b];
+        ASSERT_EQ(xt[c * pitch + b], want) << "row " << c << " byte " << b;
+      }
+    }
+    const rt::CostTable& table = kTimingTable;
+    EXPECT_EQ(
+        table.relayout_transfer_cycles(in_bytes, 2),
+        static_cast<uint64_t>(std::ceil(
+            (table.relayout_run_ns + table.relayout_run_ns_per_log2_split) *
+            table.clock_ghz)) +
+            (in_bytes + table.relayout_bytes_per_cycle - 1) /
+                table.relayout_bytes_per_cycle);
+    EXPECT_EQ(stats.core_busy_cycles[0],
+              lone_dma_cycles(in_bytes) +
+                  table.relayout_transfer_cycles(in_bytes, 2));
+    EXPECT_EQ(stats.ring_bytes, in_bytes);
+  }
 }
 
 // Neighbours both ways round, and distant cores (the shorter way is taken:

@@ -129,7 +129,7 @@ TEST(SimLaunchTiming, PerCoreFiguresOfAHandBuiltProgramAreExact) {
                       vec(rt::VecOp::kExp, t16, t16, 32, 128),
                       store(xfer(1, 0, 0, 8192))}),
              core(1, {mm, rt::RingSend{4, 2, 65536, 1024}}),
-             core(2, {rt::RingRecv{4, 1, 0, 1024},
+             core(2, {rt::RingRecv{4, 1, 0, 1024, {}},
                       vec(rt::VecOp::kNeg, t32, t32, 1, 256)})};
   auto device = small_device();
   rt::LaunchStats stats = modelled(*device, p);

@@ -173,7 +173,7 @@ rt::Program traced_program(const std::string& name) {
   twice.imm = 2;
   p.cores = {
       core(0, {load(xfer(0, 0, 0, 4096)), twice, rt::RingSend{0, 6, 0, 4096}}),
-      core(6, {rt::RingRecv{0, 0, 0, 4096}, store(xfer(1, 0, 0, 4096))})};
+      core(6, {rt::RingRecv{0, 0, 0, 4096, {}}, store(xfer(1, 0, 0, 4096))})};
   return p;
 }
 

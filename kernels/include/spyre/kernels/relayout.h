@@ -10,9 +10,12 @@
 //
 // Two paths move the pieces:
 // - kRing: core to core. Core i sends each stick of piece (i, j) to core j
-//   over the ring (contiguous, no copy); core j gathers them stick-major and
-//   transposes each group of received rows on its vector unit while later
-//   pieces are still arriving.
+//   over the ring (contiguous, no copy). Core j transposes them one of two
+//   ways (RingTranspose): the transpose pipeline lands each piece transposed
+//   straight into its dst block as it arrives (a RingRecv with a
+//   StickTranspose); or core j gathers them stick-major and transposes each
+//   group of received rows on its vector unit while later pieces are still
+//   arriving.
 // - kDeviceMemory: each core stores its block to a device-memory scratch
 //   tensor, all cores synchronise (ring tokens), each loads its columns back
 //   and transposes them: the round trip through DRAM.
@@ -37,6 +40,12 @@ enum class RelayoutPath : uint8_t {
 };
 const char* relayout_path_name(RelayoutPath path);
 
+// How the ring path transposes what it receives. kFastest takes whichever
+// the target's costs estimate faster for the shape: the pipeline's fixed
+// cost per transfer loses to plain sends only for pieces of few rows.
+enum class RingTranspose : uint8_t { kFastest, kPipeline, kVectorUnit };
+const char* ring_transpose_name(RingTranspose how);
+
 // Where the blocks live, per core (cores [0, cores)). Built by
 // plan_relayout; a program that already holds X on chip in this placement
 // calls emit_relayout directly.
@@ -44,10 +53,16 @@ struct RelayoutPlacement {
   uint64_t rows = 0, cols = 0;  // X
   rt::DType dtype = rt::DType::kFloat16;
   uint32_t cores = 0;
+  RelayoutPath path = RelayoutPath::kRing;
+  // kRing only: pieces land through the transpose pipeline (never
+  // kFastest here: plan_relayout has decided).
+  RingTranspose ring_transpose = RingTranspose::kPipeline;
   Split row_blocks, col_blocks;  // br_i, bc_j: stick multiples, last ragged
-  uint32_t src = 0;      // stick-major X row block: sticks(cols) x br x 128
-  uint32_t dst = 0;      // row-major X^T row block: bc x padded(rows)
-  uint32_t staging = 0;  // stick-major X column block: sticks(bc) x rows
+  uint32_t src = 0;  // stick-major X row block: sticks(cols) x br x 128
+  uint32_t dst = 0;  // row-major X^T row block: bc x padded(rows)
+  // stick-major X column block, sticks(bc) x rows, where pieces wait for the
+  // vector unit (0 bytes when the transpose pipeline lands them)
+  uint32_t staging = 0;
   uint32_t dst_pitch = 0;
   // The target's costs: the ring path orders each core's ring instructions
   // by when their pieces arrive.
@@ -60,6 +75,7 @@ struct RelayoutPlacement {
 struct RelayoutOptions {
   Target target;  // the device planned for (program_builder.h)
   RelayoutPath path = RelayoutPath::kRing;
+  RingTranspose ring_transpose = RingTranspose::kFastest;
   // All cores finish loading X before any starts the re-layout (ring
   // tokens), so the re-layout can be timed on its own: the time of a
   // program minus that of the kNone program with the same barrier.
@@ -73,11 +89,11 @@ RelayoutPlacement plan_relayout(ProgramBuilder& builder, uint64_t rows,
                                 uint64_t cols, rt::DType dtype,
                                 const RelayoutOptions& options);
 
-// Emits the re-layout itself: src blocks -> dst blocks on every core.
-// kDeviceMemory uses argument slot `scratch_slot` of at least
-// relayout_scratch_bytes() bytes.
+// Emits the re-layout itself, by the placement's path: src blocks -> dst
+// blocks on every core. kDeviceMemory uses argument slot `scratch_slot` of at
+// least relayout_scratch_bytes() bytes.
 void emit_relayout(ProgramBuilder& builder, const RelayoutPlacement& place,
-                   RelayoutPath path, uint32_t scratch_slot);
+                   uint32_t scratch_slot);
 uint64_t relayout_scratch_bytes(uint64_t rows, uint64_t cols, rt::DType dtype);
 
 // Every core waits until every other core has reached this point (a

@@ -7,6 +7,8 @@
 // each value with its source); this header only says what they mean.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string_view>
 
@@ -58,6 +60,15 @@ struct CostTable {
   uint32_t ring_send_fixed_cycles = 0;
   uint32_t ring_recv_cycles = 0;
 
+  // On-chip transpose pipeline: a ring transfer whose receive lands its
+  // sticks transposed (program.h, StickTranspose) moves at this many bytes
+  // per cycle per core, plus per transfer
+  // relayout_run_ns + relayout_run_ns_per_log2_split * log2(split) ns, where
+  // split is how many cores the program spreads over.
+  uint32_t relayout_bytes_per_cycle = 0;
+  double relayout_run_ns = 0;
+  double relayout_run_ns_per_log2_split = 0;
+
   // Per launch, and copies over the host link and on the device.
   double launch_overhead_ns = 0;
   double host_link_gb_per_s = 0;
@@ -71,6 +82,15 @@ struct CostTable {
 
   // Device-memory bytes the whole chip moves per core cycle.
   double dram_bytes_per_cycle() const { return dram_gb_per_s / clock_ghz; }
+  // Cycles of one transfer through the transpose pipeline of `bytes` in a
+  // program spread over `split` cores.
+  uint64_t relayout_transfer_cycles(uint64_t bytes, uint32_t split) const {
+    const double run_ns = relayout_run_ns + relayout_run_ns_per_log2_split *
+                                                std::log2(std::max(split, 1u));
+    const uint64_t rate = std::max(relayout_bytes_per_cycle, 1u);
+    return static_cast<uint64_t>(std::ceil(std::max(run_ns, 0.0) * clock_ghz)) +
+           (bytes + rate - 1) / rate;
+  }
   // Modelled time of one card-to-card transfer of `bytes`. The link is full
   // duplex: a card that sends and receives at once pays for the larger side.
   double card_link_ns(uint64_t bytes) const {

@@ -110,11 +110,25 @@ struct RingSend {
   uint32_t bytes = 0;
   bool operator==(const RingSend&) const = default;
 };
+// How a receive lands its payload through the on-chip transpose pipeline
+// (a restickify on the way in): the payload is whole sticks, each one row of
+// `dtype` elements; element c of stick r lands at
+// spad + c * pitch + r * element_size(dtype), so the stick dimension becomes
+// the row dimension. Only the first `cols` elements of each stick land (a
+// ragged last stick of columns). `cols` 0: a plain copy (pitch must be 0).
+struct StickTranspose {
+  DType dtype = DType::kFloat16;
+  uint32_t cols = 0;
+  uint32_t pitch = 0;
+  bool enabled() const { return cols != 0; }
+  bool operator==(const StickTranspose&) const = default;
+};
 struct RingRecv {
   uint32_t channel = 0;
   uint32_t src_core = 0;
   uint32_t spad = 0;
   uint32_t bytes = 0;
+  StickTranspose transpose;
   bool operator==(const RingRecv&) const = default;
 };
 
@@ -305,8 +319,9 @@ struct ProgramLimits {
 void validate(const Program& program, const ProgramLimits& limits);
 
 // Versioned binary format ("SPYREPRG", version, little-endian fields).
-// 2: bitwise VecOps; 3: DmaScatter; 4: DmaStore's write mask.
-inline constexpr uint32_t kProgramFormatVersion = 4;
+// 2: bitwise VecOps; 3: DmaScatter; 4: DmaStore's write mask; 5: RingRecv's
+// transposed landing (StickTranspose).
+inline constexpr uint32_t kProgramFormatVersion = 5;
 std::vector<uint8_t> serialize(const Program& program);
 // Parses and validates; any malformed input raises kMalformedProgram.
 Program deserialize(std::span<const uint8_t> bytes,

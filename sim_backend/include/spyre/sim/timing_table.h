@@ -14,7 +14,7 @@
 namespace spyre::sim {
 
 inline constexpr rt::CostTable kTimingTable{
-    .version = "sim-timing-3",
+    .version = "sim-timing-4",
 
     // Core clock. Estimate, derived (HW: "Derived estimate"): 1536 MAC/ns per
     // core peak (HW: matrix product row) over ~1024 MAC/cycle per core gives
@@ -104,6 +104,19 @@ inline constexpr rt::CostTable kTimingTable{
     // Setup per send and commit per receive: estimates.
     .ring_send_fixed_cycles = 8,
     .ring_recv_cycles = 1,
+
+    // The on-chip transpose pipeline (a ring transfer that lands its sticks
+    // transposed). HW: "scratchpad-to-scratchpad relayout (core to core)",
+    // IBM's fit `runs_per_core*(-1.14 + 3.92*log2(split)) ns +
+    // span_per_core / 547 GB/s`: 547 GB/s per core at 1.5 GHz is 365 B/cycle,
+    // and the per-run terms are the fit's constants. Estimates in using them:
+    // one transfer counts as one run, and split is the number of cores the
+    // program spreads over. The fitted rate is above one ring link's
+    // 128 B/cycle per direction; the model takes it as measured and does not
+    // say which links or paths carry it.
+    .relayout_bytes_per_cycle = 365,
+    .relayout_run_ns = -1.14,
+    .relayout_run_ns_per_log2_split = 3.92,
 
     // Launch overhead added to every launch's modelled time. Estimate: a
     // doorbell and a small patch blob over PCIe (HW: "device address space":
