@@ -131,7 +131,9 @@ double host_copy_ns(uint64_t bytes, const rt::CostTable& table) {
 double device_copy_ns(uint64_t bytes_read, uint64_t bytes_written,
                       const rt::CostTable& table) {
   return table.device_copy_latency_ns +
-         static_cast<double>(bytes_read + bytes_written) / table.dram_gb_per_s;
+         static_cast<double>(bytes_read + bytes_written) / table.dram_gb_per_s +
+         static_cast<double>(std::min(bytes_read, bytes_written)) *
+             table.dram_turnaround_ns_per_byte;
 }
 
 double dram_bytes_per_cycle(const rt::CostTable& table) {
@@ -303,13 +305,27 @@ class Scheduler {
       extra = uint64_t{rows->count} * table_.dma_cycles_per_gather_row;
     }
     uint64_t stream = dma_stream_cycles(d.bytes_moved, runs, table_) + extra;
-    // The DRAM server: first come, first served at the aggregate rate.
-    double service = static_cast<double>(dram_bytes) / dram_per_cycle_;
+    // The DRAM server: first come, first served at the aggregate rate, plus
+    // the turnaround between reads and writes.
+    const bool write = std::holds_alternative<rt::DmaStore>(inst) ||
+                       std::holds_alternative<rt::DmaScatter>(inst);
+    double service = static_cast<double>(dram_bytes) / dram_per_cycle_ +
+                     turnaround_cycles(write, dram_bytes);
     double dram_start = std::max(static_cast<double>(start), dram_free_);
     dram_free_ = dram_start + service;
     uint64_t data_done =
         std::max(start + stream, static_cast<uint64_t>(std::ceil(dram_free_)));
     return data_done - start + table_.dma_latency_cycles;
+  }
+
+  // The launch's turnaround is dram_turnaround_ns_per_byte * min(bytes
+  // read, bytes written) in all (HW: "device memory, balanced 1R:1W"); each
+  // transfer pays for what it adds to that overlap.
+  double turnaround_cycles(bool write, uint64_t bytes) {
+    const double overlap = std::min(dram_read_, dram_written_);
+    (write ? dram_written_ : dram_read_) += static_cast<double>(bytes);
+    return (std::min(dram_read_, dram_written_) - overlap) *
+           table_.dram_turnaround_ns_per_byte * table_.clock_ghz;
   }
 
   std::string describe_stall() const {
@@ -333,6 +349,7 @@ class Scheduler {
   uint32_t num_cores_;
   double dram_per_cycle_ = dram_bytes_per_cycle(table_);
   double dram_free_ = 0;
+  double dram_read_ = 0, dram_written_ = 0;  // bytes so far
   std::vector<std::array<std::vector<uint32_t>, kNumEngines>> queues_;
   std::vector<std::array<size_t, kNumEngines>> heads_;
   std::vector<std::array<uint64_t, kNumEngines>> engine_free_;

@@ -301,7 +301,7 @@ double estimate_matmul_cycles(const MatmulShape& s, const MatmulPlan& p,
   const double c_bytes = static_cast<double>(s.m()) *
                          padded_row_bytes(s.n(), s.c.dtype) * bias_loads;
   const double dram =
-      batches * (a_bytes + b_bytes + c_bytes) / c.dram_bytes_per_cycle();
+      c.dram_cycles(batches * (a_bytes + b_bytes), batches * c_bytes);
 
   // The busiest resource sets the pace; the others overlap imperfectly.
   const double slowest = std::max({matrix, dma, vector, dram});

@@ -18,10 +18,9 @@ const rt::CostTable& T = kTimingTable;
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-// A DMA of `bytes` in `runs` runs when the DRAM server keeps up with it.
+// A load of `bytes` in `runs` runs when the DRAM server keeps up with it.
 uint64_t dma_cycles(uint64_t bytes, uint64_t runs = 1) {
-  return ceil_div(bytes, T.dma_bytes_per_cycle) + runs * T.dma_cycles_per_run +
-         T.dma_latency_cycles;
+  return lone_dma_cycles(bytes, runs);
 }
 
 // A simple-op vector instruction over rows x cols elements of `width` bytes.
@@ -84,7 +83,7 @@ TEST(SimLaunchTiming, DependentChainTakesTheSum) {
   rt::LaunchStats three = modelled(
       *device, one_core("chain3", {load(xfer(0, 0, 0, kLoadBytes)), exp_at(0),
                                    store(xfer(1, 0, 0, kLoadBytes))}));
-  EXPECT_EQ(three.cycles, 2 * dma + compute);
+  EXPECT_EQ(three.cycles, dma + compute + store_after_reads_cycles(kLoadBytes));
   EXPECT_EQ(three.dma_bytes, 2u * kLoadBytes);
 }
 
@@ -137,7 +136,7 @@ TEST(SimLaunchTiming, PerCoreFiguresOfAHandBuiltProgramAreExact) {
   const uint64_t dma = dma_cycles(8192);
   const uint64_t exp16 =
       vector_cycles(32, 128, 2, T.vector_transcendental_factor);
-  const uint64_t core0 = 2 * dma + exp16;
+  const uint64_t core0 = dma + exp16 + store_after_reads_cycles(8192);
   // 2 x 1 x 8 array tiles of 16 x 64 x 8 MACs.
   const uint64_t matmul =
       T.matmul_fixed_cycles + (2 * 8 * 16 * 64 * 8) / T.matmul_macs_fp16;
@@ -249,7 +248,10 @@ TEST(SimLaunchTiming, MatmulModelledTimeFallsAsCoresAreAdded) {
     if (cores == 1) one_core = cycles;
     previous = cycles;
   }
-  EXPECT_GT(one_core, 4 * previous) << "32 cores under 4x faster than one";
+  // 256^3 fp16 on one core is compute-bound (~16k cycles of MACs); on 32 it
+  // meets device memory's floor: 384 KiB at 100 B/cycle plus the turnaround
+  // on the 128 KiB written, ~5k cycles.
+  EXPECT_GT(one_core, 3 * previous) << "32 cores under 3x faster than one";
 }
 
 TEST(SimLaunchTiming, RepeatedLaunchesAreDeterministic) {

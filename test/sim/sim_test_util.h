@@ -2,6 +2,8 @@
 // and a way to run a program on bound device buffers.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -193,6 +195,28 @@ inline rt::LaunchStats run(rt::Device& device, const rt::Program& program,
                            Buffers& buffers) {
   rt::LoadedProgram loaded(device, program);
   return loaded.run(buffers.bindings);
+}
+
+// Cycles of one DMA of `bytes` in `runs` runs that finds the DRAM server
+// idle. `overlap` of its bytes add to the launch's overlap of bytes read and
+// written (a store after as many bytes read: all of them) and pay the
+// turnaround; the server's service bounds the DMA when slower than the
+// core's engine.
+inline uint64_t lone_dma_cycles(uint64_t bytes, uint64_t runs = 1,
+                                uint64_t overlap = 0) {
+  const rt::CostTable& t = kTimingTable;
+  const uint64_t stream =
+      (bytes + t.dma_bytes_per_cycle - 1) / t.dma_bytes_per_cycle +
+      runs * t.dma_cycles_per_run;
+  const double service = static_cast<double>(bytes) / t.dram_bytes_per_cycle() +
+                         static_cast<double>(overlap) *
+                             t.dram_turnaround_ns_per_byte * t.clock_ghz;
+  return std::max(stream, static_cast<uint64_t>(std::ceil(service))) +
+         t.dma_latency_cycles;
+}
+// A store of `bytes` after at least as many bytes read in the launch.
+inline uint64_t store_after_reads_cycles(uint64_t bytes) {
+  return lone_dma_cycles(bytes, 1, bytes);
 }
 
 // Modelled stats of a program without caring about its data.

@@ -48,9 +48,12 @@ struct CostTable {
   uint32_t dma_latency_cycles = 0;
   uint32_t dma_cycles_per_run = 0;
   uint32_t dma_cycles_per_gather_row = 0;
-  // Device memory: aggregate bandwidth, and how many cores one broadcast
-  // read (a share group) can serve.
+  // Device memory: aggregate bandwidth, the turnaround a launch that both
+  // reads and writes it pays per byte of the smaller side (the bus turns
+  // between directions), and how many cores one broadcast read (a share
+  // group) can serve.
   double dram_gb_per_s = 0;
+  double dram_turnaround_ns_per_byte = 0;
   uint32_t max_broadcast_cores = 0;
 
   // Ring between cores: bytes per cycle per link and direction, per hop,
@@ -82,6 +85,13 @@ struct CostTable {
 
   // Device-memory bytes the whole chip moves per core cycle.
   double dram_bytes_per_cycle() const { return dram_gb_per_s / clock_ghz; }
+  // Cycles the device memory is busy for a launch reading `read` and
+  // writing `written` bytes: both at the aggregate rate, plus the turnaround
+  // on their overlap.
+  double dram_cycles(double read, double written) const {
+    return (read + written) / dram_bytes_per_cycle() +
+           std::min(read, written) * dram_turnaround_ns_per_byte * clock_ghz;
+  }
   // Cycles of one transfer through the transpose pipeline of `bytes` in a
   // program spread over `split` cores.
   uint64_t relayout_transfer_cycles(uint64_t bytes, uint32_t split) const {
