@@ -126,23 +126,54 @@ void check_access(const LoopKernel& k, const LoopBuffer& b,
   }
 }
 
-// Row blocks must cover whole sticks of every stored buffer whose stick dim
-// the row var walks (else two cores would write one stick).
-int64_t row_quantum(const LoopKernel& k) {
-  if (!k.rows) return 1;
+// The stored buffers whose stick dim the row var walks: row blocks must
+// cover whole sticks of them (else two cores would write one stick), unless
+// they share their sticks (stores masked to their own elements).
+std::vector<std::string> quantum_buffers(const LoopKernel& k) {
+  std::vector<std::string> names;
+  if (!k.rows) return names;
   std::map<std::string, const LoopStore*> last;  // a buffer's last store
   for (const LoopStore& st : k.stores) {
     if (st.access) last[st.buffer] = &st;
   }
-  int64_t q = 1;
   for (const auto& [name, st] : last) {
     const LoopBuffer* b = loop::find_buffer(k, name, nullptr);
     const AccessVar* m = st->access->find(LoopRole::kRow);
-    if (m != nullptr && m->dim == b->rank() - 1 && m->step % b->per_stick()) {
-      q = std::max<int64_t>(q, b->per_stick());
+    if (!b->shares_sticks && m != nullptr && m->dim == b->rank() - 1 &&
+        m->step % b->per_stick()) {
+      names.push_back(name);
     }
   }
+  return names;
+}
+
+int64_t row_quantum(const LoopKernel& k) {
+  int64_t q = 1;
+  for (const std::string& name : quantum_buffers(k)) {
+    q = std::max<int64_t>(q, loop::find_buffer(k, name, nullptr)->per_stick());
+  }
   return q;
+}
+
+// Few rows in blocks of whole sticks leave cores idle (a sum over 64 rows of
+// fp16 stores one stick of results: one core does all the work). Then the
+// buffers that set the quantum share their sticks instead: each core's
+// block writes its own elements of them, its stores masked. nullopt when
+// whole-stick blocks already reach `cores` cores.
+std::optional<LoopKernel> split_sticks_among_cores(const LoopKernel& k,
+                                                   int64_t cores) {
+  const int64_t q = row_quantum(k);
+  const int64_t rows = k.row_count();
+  if (q == 1 || (rows + q - 1) / q >= std::min(cores, rows)) {
+    return std::nullopt;
+  }
+  LoopKernel split = k;
+  for (const std::string& name : quantum_buffers(k)) {
+    for (LoopBuffer& b : split.buffers) {
+      if (b.name == name) b.shares_sticks = true;
+    }
+  }
+  return split;
 }
 
 // Cores a full reduction (no kept dims) spreads its first reduced dim over,
@@ -400,16 +431,18 @@ LoopKernelProgram build_loop_kernel(const LoopKernel& described,
                                     const LoopKernelOptions& options) {
   validate_loop_kernel(described);
   const std::optional<LoopKernel> expanded = expand_formulas(described);
-  const LoopKernel& k = expanded ? *expanded : described;
   const Target& target = options.target;
   const uint32_t num_cores = target.cores();
+  int64_t n_outer = 1;
+  for (int64_t n : described.outer) n_outer *= n;
+  const int64_t cores_for_rows = std::max<int64_t>(1, num_cores / n_outer);
+  const std::optional<LoopKernel> split = split_sticks_among_cores(
+      expanded ? *expanded : described, cores_for_rows);
+  const LoopKernel& k = split ? *split : expanded ? *expanded : described;
   const uint32_t reserve = target.chip.scratchpad_reserve;
   const uint64_t budget = target.scratchpad_budget();
   const int64_t q = row_quantum(k);
   const int64_t rows = k.row_count();
-  int64_t n_outer = 1;
-  for (int64_t n : k.outer) n_outer *= n;
-  const int64_t cores_for_rows = std::max<int64_t>(1, num_cores / n_outer);
   int64_t rc = (rows + cores_for_rows - 1) / cores_for_rows;
   rc = std::min(rows, (rc + q - 1) / q * q);
   // the largest row block (a multiple of q) whose regions fit, double

@@ -133,6 +133,28 @@ TEST_P(ReduceBuilder, RowsLongerThanATile) {
         Matrix::strided(t, 0, {}, 70, kStick), ReduceOp::kMax, true);
 }
 
+TEST_P(ReduceBuilder, FewRowsSpreadOverEveryCore) {
+  // 64 row sums fill one stick of results (one of fp32's two): blocks of
+  // whole result sticks would run on one or two cores, so the cores split
+  // the sticks and store their own results masked. 150 rows: blocks of 5
+  // cross the sticks' boundaries.
+  const DType t = GetParam();
+  for (uint64_t rows : {64u, 150u}) {
+    SCOPED_TRACE(rows);
+    const Matrix in = Matrix::stick_columns(rows, 4096, t);
+    const Matrix out = Matrix::strided(t, 0, {}, rows, kStick);
+    kernels::ReduceOptions o;
+    o.target = sim_target();
+    const rt::Program program =
+        kernels::build_reduce_along_sticks(in, out, ReduceOp::kSum, o);
+    const uint64_t per_core = kernels::ceil_div(rows, 32);  // 2 or 5 rows
+    EXPECT_EQ(program.cores.size(), kernels::ceil_div(rows, per_core));
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+      check(in, out, op, false);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, ReduceBuilder,
                          ::testing::Values(DType::kFloat16, DType::kBFloat16,
                                            DType::kFloat32));
