@@ -321,6 +321,37 @@ void emit_load_src(CoreBuilder& core, const Matrix& in,
   }
 }
 
+// kColumnLoads: core j loads its column block of the pass straight from
+// `in` into staging, stick-major (sticks(bc) x rows x 128), and transposes
+// it into dst.
+void emit_column_loads(CoreBuilder& core, const Matrix& in,
+                       const RelayoutPlacement& p, uint32_t j, uint64_t row0,
+                       uint64_t col0, uint64_t batch) {
+  const uint64_t bc = p.col_blocks.size(j);
+  if (bc == 0) return;
+  const uint64_t e = rt::elements_per_stick(p.dtype);
+  for (uint64_t s = 0; s < sticks(bc, p.dtype); ++s) {
+    const uint64_t c = p.col_blocks.begin(j) + s * e;
+    core.load(in.tiles(0, row0, p.rows, col0 + c, std::min(e, bc - s * e),
+                       u32(p.staging + s * p.rows * kStick), u32(kStick),
+                       batch));
+  }
+  emit_zero_padding(core, p, j);
+  for (uint64_t s = 0; s < sticks(bc, p.dtype); ++s) {
+    emit_transpose(core, p, j, s, u32(p.staging + s * p.rows * kStick), 0,
+                   p.rows);
+  }
+}
+
+// Whether X's rows are too few to spread: its row blocks would reach fewer
+// cores than its column blocks, so one core would load most of X.
+bool too_few_rows(uint64_t rows, uint64_t cols, rt::DType dtype,
+                  uint32_t cores) {
+  const uint64_t e = rt::elements_per_stick(dtype);
+  return Split{rows, cores, e}.used_parts() <
+         Split{cols, cores, e}.used_parts();
+}
+
 void check_matrices(const Matrix& in, const Matrix& out) {
   if (out.rows != in.cols || out.cols != in.rows) {
     throw KernelBuildError(rt::str("restickify: out must be ", in.cols, "x",
@@ -356,11 +387,14 @@ const char* relayout_path_name(RelayoutPath path) {
       return "device_memory";
     case RelayoutPath::kNone:
       return "none";
+    case RelayoutPath::kColumnLoads:
+      return "column_loads";
   }
   return "?";
 }
 
 uint64_t RelayoutPlacement::src_bytes() const {
+  if (path == RelayoutPath::kColumnLoads) return 0;  // loads into staging
   return sticks(cols, dtype) * row_blocks.chunk() * kStick;
 }
 uint64_t RelayoutPlacement::dst_bytes() const {
@@ -368,6 +402,7 @@ uint64_t RelayoutPlacement::dst_bytes() const {
 }
 uint64_t RelayoutPlacement::staging_bytes() const {
   const bool staged = path == RelayoutPath::kDeviceMemory ||
+                      path == RelayoutPath::kColumnLoads ||
                       (path == RelayoutPath::kRing && !lands_transposed(*this));
   return staged ? sticks(col_blocks.chunk(), dtype) * rows * kStick : 0;
 }
@@ -531,6 +566,7 @@ void emit_relayout(ProgramBuilder& builder, const RelayoutPlacement& place,
       emit_through_dram(builder, place, scratch_slot);
       return;
     case RelayoutPath::kNone:
+    case RelayoutPath::kColumnLoads:  // build_restickify's: no exchange
       return;
   }
 }
@@ -538,9 +574,16 @@ void emit_relayout(ProgramBuilder& builder, const RelayoutPlacement& place,
 rt::Program build_restickify(const Matrix& in, const Matrix& out,
                              const RelayoutOptions& o) {
   check_matrices(in, out);
+  const uint32_t cores = o.target.cores();
+  RelayoutOptions chosen = o;
+  if (o.path == RelayoutPath::kRing &&
+      o.ring_transpose == RingTranspose::kFastest &&
+      too_few_rows(in.rows, in.cols, in.dtype, cores)) {
+    chosen.path = RelayoutPath::kColumnLoads;
+  }
   ProgramBuilder builder(rt::str("restickify_", in.rows, "x", in.cols, "_",
-                                 relayout_path_name(o.path)),
-                         o.target.cores(), o.target.scratchpad_budget());
+                                 relayout_path_name(chosen.path)),
+                         cores, o.target.scratchpad_budget());
   builder.add_arg("in", in.dtype, in.bytes(), false);
   builder.add_arg("out", out.dtype, out.bytes(), true);
   uint32_t scratch = 0;
@@ -549,10 +592,9 @@ rt::Program build_restickify(const Matrix& in, const Matrix& out,
         "scratch", in.dtype, relayout_scratch_bytes(in.rows, in.cols, in.dtype),
         false);
   }
-  const uint32_t cores = std::min(o.target.cores(), builder.num_cores());
-  const PassShape pass = pass_shape(in.rows, in.cols, in.dtype, cores, o);
+  const PassShape pass = pass_shape(in.rows, in.cols, in.dtype, cores, chosen);
   const RelayoutPlacement full =
-      plan_relayout(builder, pass.rows, pass.cols, in.dtype, o);
+      plan_relayout(builder, pass.rows, pass.cols, in.dtype, chosen);
   const uint64_t e = rt::elements_per_stick(in.dtype);
   // Batches, and passes over the rows and columns of each, one after
   // another through the same buffers; a barrier between them keeps a fast
@@ -570,7 +612,11 @@ rt::Program build_restickify(const Matrix& in, const Matrix& out,
         p.col_blocks = Split{p.cols, p.cores, e};
         if (!std::exchange(first, false)) emit_barrier(builder, p.cores);
         for (uint32_t i = 0; i < p.cores; ++i) {
-          emit_load_src(builder.core(i), in, p, i, row0, col0, batch);
+          if (p.path == RelayoutPath::kColumnLoads) {
+            emit_column_loads(builder.core(i), in, p, i, row0, col0, batch);
+          } else {
+            emit_load_src(builder.core(i), in, p, i, row0, col0, batch);
+          }
         }
         if (o.barrier_after_load) emit_barrier(builder, p.cores);
         emit_relayout(builder, p, scratch);

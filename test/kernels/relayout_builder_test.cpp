@@ -74,6 +74,33 @@ void check_restickify(const Matrix& in, const Matrix& out,
       EXPECT_GT(ring.stats.ring_bytes, 0u);
     }
   }
+  const Result columns =
+      run_path(in, out, input, RelayoutPath::kColumnLoads, max_cores, barrier);
+  EXPECT_TRUE(columns.out.bytes == dram.out.bytes)
+      << "column loads and device-memory paths wrote different bytes";
+  EXPECT_EQ(columns.stats.ring_bytes, 0u);
+}
+
+TEST(RestickifyFewRows, EachCoreLoadsItsColumns) {
+  // 64 rows are one row block: the exchange would have one core load all of
+  // X. Each core loads its columns instead, no ring traffic, and the load
+  // spreads over every core.
+  const DType t = DType::kFloat16;
+  const Matrix in = Matrix::stick_columns(64, 4096, t);
+  const Matrix out = Matrix::stick_columns(4096, 64, t);
+  check_restickify(in, out, 32);
+  std::mt19937 rng(5);
+  Image input(in.bytes());
+  input.fill(in, rng);
+  const Result fastest = run_path(in, out, input, RelayoutPath::kRing, 32);
+  EXPECT_EQ(fastest.stats.ring_bytes, 0u);
+  const Result pipeline = run_path(in, out, input, RelayoutPath::kRing, 32,
+                                   false, RingTranspose::kPipeline);
+  EXPECT_TRUE(fastest.out.bytes == pipeline.out.bytes);
+  EXPECT_EQ(std::count_if(fastest.stats.core_busy_cycles.begin(),
+                          fastest.stats.core_busy_cycles.end(),
+                          [](uint64_t c) { return c > 0; }),
+            32);
 }
 
 TEST(RestickifyLarge, BenchShapeWithTheTimingBarrier) {

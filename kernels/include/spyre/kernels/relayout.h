@@ -20,6 +20,13 @@
 //   tensor, all cores synchronise (ring tokens), each loads its columns back
 //   and transposes them: the round trip through DRAM.
 // Both leave identical bytes in the destination blocks.
+//
+// build_restickify, whose X comes from device memory, may skip the exchange
+// (kColumnLoads): each core loads its own column block of X straight from
+// device memory, one run per row and stick, and transposes it on its vector
+// unit. It takes that way when X has too few rows to spread its row blocks
+// over the cores that hold column blocks (one core would load all of X) and
+// the options leave the way of transposing to it (RingTranspose::kFastest).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +44,8 @@ enum class RelayoutPath : uint8_t {
   // No re-layout at all: load and store only, a timing baseline (the
   // output then does not hold X^T).
   kNone,
+  // build_restickify only: no exchange, each core loads its columns.
+  kColumnLoads,
 };
 const char* relayout_path_name(RelayoutPath path);
 
