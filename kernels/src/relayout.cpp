@@ -519,12 +519,13 @@ RelayoutPlacement plan_relayout(ProgramBuilder& builder, uint64_t rows,
   }
   for (uint32_t i = 0; i < p.cores; ++i) {
     CoreBuilder& core = builder.core(i);
-    const uint32_t src = core.reserve(u32(p.src_bytes()), "relayout src");
-    const uint32_t dst = core.reserve(u32(p.dst_bytes()), "relayout dst");
-    const uint32_t staging =
-        p.staging_bytes() == 0
-            ? 0
-            : core.reserve(u32(p.staging_bytes()), "relayout staging");
+    // A buffer the path does not use (0 bytes) is not reserved.
+    const auto reserve = [&core](uint64_t bytes, const char* what) {
+      return bytes == 0 ? 0u : core.reserve(u32(bytes), what);
+    };
+    const uint32_t src = reserve(p.src_bytes(), "relayout src");
+    const uint32_t dst = reserve(p.dst_bytes(), "relayout dst");
+    const uint32_t staging = reserve(p.staging_bytes(), "relayout staging");
     if (i == 0) {
       p.src = src;
       p.dst = dst;

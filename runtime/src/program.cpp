@@ -442,6 +442,8 @@ class Validator {
     require(t.cols <= elements_per_stick(t.dtype), "transpose.cols ", t.cols,
             " exceeds the ", elements_per_stick(t.dtype), " ",
             dtype_name(t.dtype), " elements of a stick");
+    require(t.pitch <= static_cast<uint32_t>(INT32_MAX), "transpose.pitch ",
+            t.pitch, " exceeds a tile's row stride (2^31 - 1 bytes)");
     require(spad % size == 0 && t.pitch % size == 0, "transposed landing at ",
             spad, " with pitch ", t.pitch, " is not aligned to its ", size,
             "-byte elements");
