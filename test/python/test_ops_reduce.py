@@ -75,6 +75,28 @@ def test_prod_and_offset_views(dtype):
     no_fallbacks()
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("rows", [64, 150])
+def test_row_reductions_of_few_rows_spread_over_the_cores(dtype, rows):
+    # One or a few sticks of results: the cores split the sticks and store
+    # their own results masked. Whole tensors, an offset view with every
+    # other row, and out= views into a larger tensor, whose other elements
+    # must survive.
+    a = rand((rows, 1000), dtype)
+    for x in (a.to("spyre"), offset_view(a)):
+        assert_matches(x.sum(-1), a.float().sum(-1), dtype, scale=16)
+        assert_matches(x.amax(-1), a.float().amax(-1), dtype)
+        assert_matches(x.mean(-1, keepdim=True), a.float().mean(-1, keepdim=True), dtype)
+    big = torch.full((rows + 9,), 7.0, dtype=dtype)
+    out = big.to("spyre")
+    torch.sum(a.to("spyre"), -1, out=out[5:5 + rows])
+    want = big.clone()
+    want[5:5 + rows] = a.float().sum(-1).to(dtype)
+    assert_matches(out, want.float(), dtype, scale=16)
+    assert torch.equal(out.cpu()[:5], big[:5]) and torch.equal(out.cpu()[5 + rows:], big[5 + rows:])
+    no_fallbacks()
+
+
 def test_zero_size():
     e = torch.zeros(0, 5).to("spyre")
     assert torch.equal(e.sum(0).cpu(), torch.zeros(5))
