@@ -21,6 +21,7 @@
 #include "spyre/kernels/matmul.h"
 #include "spyre/kernels/mlp.h"
 #include "spyre/kernels/program_builder.h"
+#include "spyre/kernels/relayout.h"
 #include "spyre/runtime/error.h"
 #include "spyre/runtime/patcher.h"
 #include "spyre/runtime/program.h"
@@ -196,6 +197,20 @@ std::pair<Program, std::string> build_mlp_program(
   return {Program(kernels::build_mlp(shape, plan, options)), plan.describe()};
 }
 
+// A re-layout (restickify: `output` = `input` transposed, each with its own
+// stick dim) by the kernel library's builder, the one eager copies use: its
+// pieces travel core to core and land through the transpose pipeline, or
+// each core loads its columns when the rows are few. Slots: input, output.
+Program build_restickify_program(const MatrixTuple& input,
+                                 const MatrixTuple& output,
+                                 c10::DeviceIndex device,
+                                 std::optional<uint32_t> max_cores) {
+  kernels::RelayoutOptions options;
+  options.target = target_of(device, max_cores);
+  return Program(
+      kernels::build_restickify(matrix_of(input), matrix_of(output), options));
+}
+
 // A loop kernel's description (spyre/kernels/loop_kernel.h) from its plain
 // Python form: dicts and lists of numbers and strings, the same structure
 // JSON holds (so a description can be stored and rebuilt).
@@ -353,6 +368,9 @@ void bind_builders(py::module_& m) {
         py::arg("alpha") = 1.0, py::arg("beta") = 1.0,
         py::arg("activation") = "none", py::arg("device") = -1,
         py::arg("max_cores") = std::nullopt, py::arg("naive") = false);
+  m.def("build_restickify", &build_restickify_program, py::arg("input"),
+        py::arg("output"), py::arg("device") = -1,
+        py::arg("max_cores") = std::nullopt);
   m.def("build_loop_kernel", &build_loop_kernel_program, py::arg("description"),
         py::arg("device") = -1, py::arg("max_cores") = std::nullopt,
         py::arg("double_buffer") = true);

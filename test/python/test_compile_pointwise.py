@@ -159,3 +159,27 @@ def test_rope_cos_sin_of_repeated_halves(head_dim, dtype, host_kernels):
     assert runtime.stats()["host_kernels"] == host_kernels
     for o, r in zip(out, _rope_cos_sin(pos, inv_freq, dtype)):
         torch.testing.assert_close(o.cpu(), r, **POINTWISE_TOL)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("shape,fn", [
+    ((300, 70), lambda a: a.t().contiguous()),
+    ((64, 4096), lambda a: a.t().contiguous()),            # few rows: column loads
+    ((3, 130, 70), lambda a: a.transpose(1, 2).contiguous()),
+    ((2, 3, 40, 65), lambda a: a.permute(0, 1, 3, 2).contiguous()),
+    ((9, 200), lambda a: a[1:, 64:].t().contiguous()),       # a view, offset by sticks
+], ids=["2d", "few_rows", "batched", "permuted", "view"])
+def test_a_compiled_transpose_is_the_relayout_program(dtype, shape, fn):
+    # A kernel that only transposes becomes the re-layout program the eager
+    # copies use (the transpose pipeline), exact against the CPU; one that
+    # also computes stays a loop kernel.
+    x = torch.randn(*shape).to(dtype)
+    scheduling.compiled_kernels.clear()
+    with torch._inductor.config.patch(force_disable_caches=True):
+        out, _ = compile_and_compare(fn, x, tol=dict(atol=0, rtol=0))
+    assert torch.equal(out.cpu(), fn(x))
+    assert [k.get("kind") for k in scheduling.compiled_kernels.values()] == ["restickify"]
+    scheduling.compiled_kernels.clear()
+    with torch._inductor.config.patch(force_disable_caches=True):
+        compile_and_compare(lambda a: fn(a) * 2, x, tol=dict(atol=0, rtol=0))
+    assert "restickify" not in [k.get("kind") for k in scheduling.compiled_kernels.values()]

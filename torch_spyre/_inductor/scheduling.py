@@ -12,6 +12,7 @@ from torch.utils._ordered_set import OrderedSet
 from .capture import SpyreKernelTooLarge, SpyreLoweringError, capture_node
 from .kernel_defs import compiled_kernels, define_kernel, new_kernel_name
 from .lowering import _loads, check_group, lower_kernel
+from .transposed_copy import transposed_copy_program
 from .matmul import MATMUL_OP, MLP_OP, wanted_stick_layout
 
 # Buffers given another stick layout by layout assignment in this process:
@@ -127,21 +128,27 @@ class SpyreScheduling(sched.BaseScheduling):
                     removable.add(name)
         kernel_name = new_kernel_name(nodes[0].get_name())
         captured = [self._capture(n) for n in nodes]
-        try:
-            plan = check_group(kernel_name, captured, removable)
-            spec, arg_names, info = lower_kernel(plan, nodes[0].get_device().index)
-        except SpyreKernelTooLarge:
-            raise  # a clear compile error, never a wrong program
-        except SpyreLoweringError as e:
-            self._host_fallback(kernel_name, nodes, captured, e)
-            return
+        device = nodes[0].get_device().index
+        internal = set()
+        program = transposed_copy_program(kernel_name, captured, device)
+        if program is None:
+            try:
+                plan = check_group(kernel_name, captured, removable)
+                program = lower_kernel(plan, device)
+            except SpyreKernelTooLarge:
+                raise  # a clear compile error, never a wrong program
+            except SpyreLoweringError as e:
+                self._host_fallback(kernel_name, nodes, captured, e)
+                return
+            internal = plan.internal
+        spec, arg_names, info = program
         info.update(nodes=[n.get_name() for n in nodes])
         define_kernel(wrapper, kernel_name, spec, arg_names, info)
         with V.set_kernel_handler(Kernel()):
             for n in nodes:
                 n.mark_run()
         wrapper.writeline(f"{kernel_name}.launch([{', '.join(arg_names)}])")
-        V.graph.removed_buffers |= plan.internal
+        V.graph.removed_buffers |= internal
         self.free_buffers_in_scheduler()
 
     def _host_fallback(self, kernel_name, nodes, captured, error) -> None:
