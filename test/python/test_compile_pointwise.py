@@ -183,3 +183,18 @@ def test_a_compiled_transpose_is_the_relayout_program(dtype, shape, fn):
     with torch._inductor.config.patch(force_disable_caches=True):
         compile_and_compare(lambda a: fn(a) * 2, x, tol=dict(atol=0, rtol=0))
     assert "restickify" not in [k.get("kind") for k in scheduling.compiled_kernels.values()]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+def test_transposes_into_part_of_a_buffer_keep_its_other_elements(dtype):
+    # cat of two transposes: each lands in part of every row of one buffer
+    # (100 columns: 64-element sticks shared by both), so neither may be
+    # stored as whole sticks by the re-layout program.
+    a, b = torch.randn(100, 70).to(dtype), torch.randn(37, 70).to(dtype)
+    torch._dynamo.reset()
+    scheduling.compiled_kernels.clear()
+    with torch._inductor.config.patch(force_disable_caches=True):
+        f = torch.compile(lambda x, y: torch.cat([x.t(), y.t()], 1) + 0)
+        out = f(a.to("spyre"), b.to("spyre"))
+    assert torch.equal(out.cpu(), torch.cat([a.t(), b.t()], 1))
+    assert "restickify" not in [k.get("kind") for k in scheduling.compiled_kernels.values()]

@@ -8,6 +8,7 @@ reads its source more than once."""
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import sympy
@@ -55,6 +56,12 @@ def transposed_copy_program(kernel_name: str, captured: list[CapturedNode],
     src_view = _affine_view(load_index, node.index_vars, kernel_name)
     dst_view = _affine_view(store.index, node.index_vars, kernel_name)
     if src_view is None or dst_view is None:
+        return None
+    # The program stores whole sticks of the destination's rows (their
+    # padding zeroed): only a store that covers the whole destination buffer
+    # may do so, never a slice whose sticks hold other kernels' elements (a
+    # transpose written into part of a concatenation).
+    if dst_view[1] != 0 or math.prod(node.sizes) != math.prod(dst_layout.host_sizes):
         return None
     try:
         src = operand_matrix(source, src_layout, node.sizes, *src_view, kernel_name)
