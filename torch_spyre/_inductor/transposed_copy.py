@@ -17,7 +17,7 @@ from .capture import CapturedNode, SpyreLoweringError
 from .layouts import buffer_layout
 
 
-def _affine_view(index: sympy.Expr, index_vars, what: str):
+def _affine_view(index: sympy.Expr, index_vars):
     """(strides, offset) of an index that is affine in `index_vars`; None
     when it is not."""
     strides = []
@@ -53,8 +53,8 @@ def transposed_copy_program(kernel_name: str, captured: list[CapturedNode],
     src_layout, dst_layout = buffer_layout(source), buffer_layout(store.buffer)
     if src_layout.dtype != dst_layout.dtype or value.dtype != dst_layout.dtype:
         return None
-    src_view = _affine_view(load_index, node.index_vars, kernel_name)
-    dst_view = _affine_view(store.index, node.index_vars, kernel_name)
+    src_view = _affine_view(load_index, node.index_vars)
+    dst_view = _affine_view(store.index, node.index_vars)
     if src_view is None or dst_view is None:
         return None
     # The program stores whole sticks of the destination's rows (their
