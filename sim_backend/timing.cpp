@@ -131,9 +131,9 @@ double host_copy_ns(uint64_t bytes, const rt::CostTable& table) {
 double device_copy_ns(uint64_t bytes_read, uint64_t bytes_written,
                       const rt::CostTable& table) {
   return table.device_copy_latency_ns +
-         static_cast<double>(bytes_read + bytes_written) / table.dram_gb_per_s +
-         static_cast<double>(std::min(bytes_read, bytes_written)) *
-             table.dram_turnaround_ns_per_byte;
+         table.dram_cycles(static_cast<double>(bytes_read),
+                           static_cast<double>(bytes_written)) /
+             table.clock_ghz;
 }
 
 double dram_bytes_per_cycle(const rt::CostTable& table) {

@@ -343,8 +343,12 @@ class Launch {
   // False when the send has not run yet: the core parks.
   bool receive(size_t c, const rt::RingRecv& r) {
     size_t ch = exe_.channel_index(r.channel);
-    for (const rt::SpadRange& range : rt::scratchpad_ranges(r)) {
-      check_spad(c, range.lo, range.hi, "RingRecv");
+    if (r.transpose.enabled()) {  // a 2-D landing: the validator's range
+      for (const rt::SpadRange& range : rt::scratchpad_ranges(r)) {
+        check_spad(c, range.lo, range.hi, "RingRecv");
+      }
+    } else {
+      check_spad(c, r.spad, int64_t{r.spad} + r.bytes, "RingRecv");
     }
     {
       std::lock_guard lock(mutex_);

@@ -18,11 +18,6 @@ const rt::CostTable& T = kTimingTable;
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-// A load of `bytes` in `runs` runs when the DRAM server keeps up with it.
-uint64_t dma_cycles(uint64_t bytes, uint64_t runs = 1) {
-  return lone_dma_cycles(bytes, runs);
-}
-
 // A simple-op vector instruction over rows x cols elements of `width` bytes.
 uint64_t vector_cycles(uint64_t rows, uint64_t cols, uint64_t width,
                        double factor = 1.0) {
@@ -57,7 +52,7 @@ TEST(SimLaunchTiming, IndependentDmaAndComputeOverlap) {
   rt::LaunchStats stats = modelled(
       *device,
       one_core("overlap", {load(xfer(0, 0, 0, kLoadBytes)), exp_at(1u << 20)}));
-  const uint64_t dma = dma_cycles(kLoadBytes);
+  const uint64_t dma = lone_dma_cycles(kLoadBytes);
   const uint64_t compute =
       vector_cycles(kRows, kCols, 4, T.vector_transcendental_factor);
   ASSERT_GT(dma, compute);
@@ -71,7 +66,7 @@ TEST(SimLaunchTiming, IndependentDmaAndComputeOverlap) {
 
 TEST(SimLaunchTiming, DependentChainTakesTheSum) {
   auto device = small_device();
-  const uint64_t dma = dma_cycles(kLoadBytes);
+  const uint64_t dma = lone_dma_cycles(kLoadBytes);
   const uint64_t compute =
       vector_cycles(kRows, kCols, 4, T.vector_transcendental_factor);
   // The exp reads what the load wrote.
@@ -98,7 +93,7 @@ TEST(SimLaunchTiming, DoubleBufferingHidesComputeBehindDma) {
   }
   auto device = small_device();
   rt::LaunchStats stats = modelled(*device, one_core("pipeline", insts));
-  const uint64_t dma = dma_cycles(kLoadBytes);
+  const uint64_t dma = lone_dma_cycles(kLoadBytes);
   const uint64_t compute =
       vector_cycles(kRows, kCols, 4, T.vector_transcendental_factor);
   EXPECT_EQ(stats.cycles, 4 * dma + compute);
@@ -133,7 +128,7 @@ TEST(SimLaunchTiming, PerCoreFiguresOfAHandBuiltProgramAreExact) {
   auto device = small_device();
   rt::LaunchStats stats = modelled(*device, p);
 
-  const uint64_t dma = dma_cycles(8192);
+  const uint64_t dma = lone_dma_cycles(8192);
   const uint64_t exp16 =
       vector_cycles(32, 128, 2, T.vector_transcendental_factor);
   const uint64_t core0 = dma + exp16 + store_after_reads_cycles(8192);
@@ -189,7 +184,7 @@ TEST(SimLaunchTiming, BroadcastReadsAreChargedToDramOnce) {
   EXPECT_EQ(shared.dma_bytes, 8u * kLoadBytes);
   EXPECT_EQ(separate.dma_bytes, 8u * kLoadBytes);
   const double service = kLoadBytes / (T.dram_gb_per_s / T.clock_ghz);
-  EXPECT_EQ(shared.cycles, dma_cycles(kLoadBytes));
+  EXPECT_EQ(shared.cycles, lone_dma_cycles(kLoadBytes));
   EXPECT_EQ(separate.cycles, static_cast<uint64_t>(std::ceil(8 * service)) +
                                  T.dma_latency_cycles);
   EXPECT_GT(separate.cycles, 3 * shared.cycles);
