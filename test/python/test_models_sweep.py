@@ -36,6 +36,8 @@ EXPECTED = {
     # and a Mamba block (depthwise causal conv1d, a transposed x_proj input)
     ("mixtral", "strict"): None,
     ("mamba", "strict"): None,
+    # a router gate initialised to zeros (sigmoid scores, top-k over ties)
+    ("afmoe", "eager"): None,
 }
 
 
@@ -73,6 +75,19 @@ def test_architecture_mode(sweep_results, arch, mode, failure):
     assert result["host_copies"] is not None and result["device_ns"] > 0
     if mode == "strict":
         assert result["fallbacks"] == {}
+
+
+def test_constant_weight_matrices_are_redrawn_and_vectors_kept():
+    """A zero router gate would tie every expert score; norm scales stay."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4, bias=True), torch.nn.LayerNorm(4))
+    torch.nn.init.zeros_(model[0].weight)
+    torch.nn.init.zeros_(model[0].bias)
+    runner._redraw_constant_matrices(model, config=object())
+    gate = model[0].weight
+    assert gate.unique().numel() == gate.numel()
+    assert 0 < gate.std().item() < 0.1  # the default initializer_range, 0.02
+    assert torch.equal(model[0].bias, torch.zeros(4))
+    assert torch.equal(model[1].weight, torch.ones(4))
 
 
 def test_the_runner_leaves_strict_mode_off(sweep_results):

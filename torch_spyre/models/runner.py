@@ -110,11 +110,31 @@ def build_case(arch):
             raise CpuReferenceError(f"tiny config still has {parameters / 1e6:.0f}M parameters")
         torch.manual_seed(0)
         cpu_model = model_class(config).to(torch.float32).eval()
+        _redraw_constant_matrices(cpu_model, config)
     except CpuReferenceError:
         raise
     except Exception as error:
         raise CpuReferenceError(f"cannot build: {_first_line(error)}") from error
     return ModelCase(arch, config, cpu_model, sample_inputs(arch, config))
+
+
+def _redraw_constant_matrices(model, config):
+    """Draws every constant weight matrix from the seeded normal instead.
+
+    Some models initialise their MoE router's gate to zeros (afmoe,
+    ernie4_5_moe): every score then ties, and which experts `torch.topk`
+    picks among equal values is left to the implementation (the CPU's
+    partial sort picks e.g. experts 2 and 3 of 4, a stable sort 0 and 1).
+    A comparison on such weights would test tie-breaking, not the device.
+    Vectors (norm scales, biases) keep their constants: they create no ties.
+    """
+    generator = torch.Generator().manual_seed(2)
+    std = getattr(config, "initializer_range", 0.02)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() >= 2 and parameter.numel() > 1 and \
+                    bool((parameter == parameter.flatten()[0]).all()):
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * std)
 
 
 def sample_inputs(arch, config):
