@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from compile_util import NORM_TOL, REDUCTION_TOL, compile_and_compare
+from torch_spyre._inductor import runtime
 
 h = torch.float16
 
@@ -94,3 +95,56 @@ def test_pointwise_on_reduced_rows_fuses_into_the_reduction(shape):
                lambda x: torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6),
                lambda x: torch.nn.functional.normalize(x, dim=-1)):
         compile_and_compare(fn, x, tol=REDUCTION_TOL, expect_kernels=1)
+
+
+def _norm_of_rotated(q, inv_freq):
+    # RoPE's cos/sin of cat((freqs, freqs)) computed inside a norm over the
+    # head dim (QK-norm after the rotary embedding, as nanochat, hunyuan and
+    # apertus do): the reduced cols are read modulo head_dim / 2
+    pos = torch.arange(q.shape[-2], device=q.device).float()
+    freqs = pos[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    half = q.shape[-1] // 2
+    rotated = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
+    x = q * emb.cos() + rotated * emb.sin()
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+@pytest.mark.parametrize("head_dim,dtype", [(16, torch.float32), (64, h), (128, h)], ids=str)
+def test_norm_over_cols_read_modulo_is_device_programs(head_dim, dtype):
+    # the reduced col var splits into digits (the reduction accumulates over
+    # the higher one); the scaled output runs in its own program
+    q = torch.randn(2, 4, 8, head_dim, dtype=dtype)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    runtime.reset_stats()
+    compile_and_compare(_norm_of_rotated, q, inv_freq, tol=NORM_TOL)
+    assert runtime.stats()["host_kernels"] == 0
+
+
+def test_sum_over_cols_read_modulo_views_and_offsets():
+    # the split reduction alone, over a sliced, offset input: exact order
+    # aside, the CPU's sums
+    base = torch.randn(3, 9, 40, dtype=torch.float32)
+    table = torch.randn(8, dtype=torch.float32)
+
+    def fn(a, t):
+        x = a[1:, 1:, 8:]  # [2, 8, 32], offset by a row and a stick's part
+        return (x * torch.cat((t, t, t, t))).sum(-1)
+    runtime.reset_stats()
+    compile_and_compare(fn, base, table, tol=REDUCTION_TOL)
+    assert runtime.stats()["host_kernels"] == 0
+
+
+@pytest.mark.parametrize("fn", [
+    # a per-head sum of squares of [b, s, h, d] read as [b, h, s, d]: the
+    # heads walk the stored sticks, so they are the rows
+    lambda x: x.transpose(1, 2).pow(2).sum(-1),
+    # ... and its result copied back transposed: the copy cannot share the
+    # reduction's program (a transposed store), so it gets its own
+    lambda x: x.transpose(1, 2).pow(2).sum(-1).transpose(1, 2).contiguous(),
+], ids=["heads_on_rows", "split_after_failed_fusion"])
+def test_reduction_stored_across_heads_is_device_programs(fn):
+    x = torch.randn(2, 8, 4, 16, dtype=torch.float32)
+    runtime.reset_stats()
+    compile_and_compare(fn, x, tol=REDUCTION_TOL)
+    assert runtime.stats()["host_kernels"] == 0

@@ -73,14 +73,34 @@ def _role_symbols(count: int):
         sympy.Symbol("cl", integer=True, nonnegative=True)
 
 
+def _kept_order(node: CapturedNode) -> list[int]:
+    """The order of a reduction's kept dims in its space: Inductor's, except
+    that the dim its store walks along the output's elements (step 1) becomes
+    the row var when another one is last. A per-head norm of [b, s, h, d]
+    read as [b, h, s, d] stores [b, s, h]: heads on the rows write whole
+    runs of a stick, sequence positions on the rows would leave each block
+    one element per stick."""
+    order = list(range(len(node.sizes)))
+    if len(node.stores) != 1 or len(order) < 2:
+        return order
+    index = sympy.expand(sympy.sympify(node.stores[0].index))
+    unit = [i for i in order if index.coeff(node.index_vars[i]) == 1]
+    if len(unit) == 1 and unit[0] != order[-1]:
+        order.remove(unit[0])
+        order.append(unit[0])
+    return order
+
+
 def node_space(node: CapturedNode) -> tuple[Space, dict]:
     """The node's space in role symbols and the substitution from its own
     iteration variables to them."""
     red_outer = []
     if node.is_reduction:
-        sizes = node.sizes
-        own_outer = node.index_vars[:-1]
-        own_row = node.index_vars[-1:] if sizes else []
+        kept = _kept_order(node)
+        sizes = [node.sizes[i] for i in kept]
+        kept_vars = [node.index_vars[i] for i in kept]
+        own_outer = kept_vars[:-1]
+        own_row = kept_vars[-1:] if sizes else []
         own_col = node.reduce_vars[-1:]
         col_size = node.reduction_sizes[-1]
         red_outer = list(zip(node.reduce_vars[:-1], node.reduction_sizes[:-1]))
@@ -139,7 +159,8 @@ class KernelPlan:
         """Whether the col var was split into digits: a block then writes
         one digit's run of a row, which may end or start inside a stick."""
         col = self.space.col
-        return bool(col) and any(ds[0][0] == col[0] for ds in self.digits.values())
+        return bool(col) and not any(n.is_reduction for n in self.nodes) and \
+            any(ds[0][0] == col[0] for ds in self.digits.values())
 
     def joint_extent(self) -> dict | None:
         sp = self.space
@@ -214,17 +235,28 @@ def _in_digits(expr, digits: dict):
     return sympy.expand(expr.xreplace({v: _digit_value(d, 1) for v, d in digits.items()}))
 
 
-def _space_in_digits(space: Space, digits: dict) -> Space:
+def _space_in_digits(space: Space, digits: dict, reduced: bool = False) -> Space:
+    """`space` with its split vars replaced by their digits. The col var
+    keeps its lowest digit; its higher digits become outer vars, or, when
+    the col is `reduced`, accumulated reduced vars (red_outer)."""
     outer = []
     for var, n in space.outer:
         outer += [(d, size) for d, size, _ in reversed(digits[var])] if var in digits \
             else [(var, n)]
-    col = space.col
+    col, red_outer = space.col, list(space.red_outer)
     if col and col[0] in digits:
         low, *high = digits[col[0]]
         col = (low[0], low[1])
-        outer += [(d, size) for d, size, _ in reversed(high)]
-    return dataclasses.replace(space, outer=outer, col=col)
+        (red_outer if reduced else outer).extend((d, size) for d, size, _ in reversed(high))
+    return dataclasses.replace(space, outer=outer, col=col, red_outer=red_outer)
+
+
+def _col_is_cut(space: Space, exprs) -> bool:
+    """Whether some index divides the col var or takes it modulo (the
+    cos/sin of RoPE's cat((freqs, freqs)) read at col % (d / 2))."""
+    return bool(space.col) and any(
+        atom.args[0] == space.col[0]
+        for expr in exprs for atom in sympy.sympify(expr).atoms(FloorDiv, ModularIndexing))
 
 
 def _split_cols(space: Space, subs):
@@ -338,10 +370,23 @@ def check_group(name: str, nodes: list[CapturedNode], removable: set) -> KernelP
         exprs += [_renamed(v.args[0 if v.op == "index_expr" else 1], subs[i])
                   for st in n.stores for v in _walk(st.value, set())
                   if v.op in ("load", "index_expr")]
-    digits = _outer_digits(space, exprs, split_col=space.col_tail is None and
-                           not any(n.is_reduction for n in nodes))
-    plan = KernelPlan(name, _space_in_digits(space, digits), list(nodes), list(subs), stored,
-                      internal, produced, [_space_in_digits(sp, digits) for sp in spaces],
+    reduces = any(n.is_reduction for n in nodes)
+    split_col = space.col_tail is None and not any(s.red_outer for s in spaces)
+    if reduces and split_col and _col_is_cut(space, exprs):
+        # The reduced cols split into digits: the reduction accumulates over
+        # the higher ones. A pointwise node over those cols (a norm's scaled
+        # output) needs the finished reduction, so it runs in its own kernel.
+        if any(not n.is_reduction and s.col is not None for n, s in zip(nodes, spaces)):
+            raise SpyreLoweringError(
+                f"{name}: the reduced cols are indexed by digits (col // m, col % m); "
+                "a pointwise node over them cannot share the reduction's program")
+    elif reduces:
+        split_col = False
+    digits = _outer_digits(space, exprs, split_col=split_col)
+    plan = KernelPlan(name, _space_in_digits(space, digits, reduced=reduces), list(nodes),
+                      list(subs), stored, internal, produced,
+                      [_space_in_digits(sp, digits, reduced=n.is_reduction)
+                       for n, sp in zip(nodes, spaces)],
                       digits)
     # In-kernel reads must see the producer's element at the same place.
     for i, n in enumerate(nodes):

@@ -115,7 +115,12 @@ class SpyreScheduling(sched.BaseScheduling):
             # one) and so before any consumer is generated
             self._layouts_assigned = True
             self._assign_layouts()
-        nodes = list(node.get_nodes())
+        self._codegen_group(list(node.get_nodes()))
+        self.free_buffers_in_scheduler()
+
+    def _codegen_group(self, nodes) -> None:
+        """One kernel for `nodes` (a device program, or the host fallback);
+        frees nothing: a split group's later nodes still read its buffers."""
         wrapper = V.graph.wrapper_code
         fused_names = OrderedSet(n.get_name() for n in nodes)
         removable = set()
@@ -138,6 +143,14 @@ class SpyreScheduling(sched.BaseScheduling):
             except SpyreKernelTooLarge:
                 raise  # a clear compile error, never a wrong program
             except SpyreLoweringError as e:
+                if len(nodes) > 1:
+                    # The fusion check is cheaper than building the program:
+                    # a group it let through may still not build (a store
+                    # the fused loops cannot make). Each node then gets its
+                    # own kernel, and only those that fail run on the host.
+                    for n in nodes:
+                        self._codegen_group([n])
+                    return
                 self._host_fallback(kernel_name, nodes, captured, e)
                 return
             internal = plan.internal
@@ -149,7 +162,6 @@ class SpyreScheduling(sched.BaseScheduling):
                 n.mark_run()
         wrapper.writeline(f"{kernel_name}.launch([{', '.join(arg_names)}])")
         V.graph.removed_buffers |= internal
-        self.free_buffers_in_scheduler()
 
     def _host_fallback(self, kernel_name, nodes, captured, error) -> None:
         """A kernel the device lowering rejects runs as a counted host
@@ -176,7 +188,6 @@ class SpyreScheduling(sched.BaseScheduling):
             for n in nodes:
                 n.mark_run()
         wrapper.writeline(f"{kernel_name}({', '.join(loads + produced)})")
-        self.free_buffers_in_scheduler()
 
     def codegen_template(self, template_node, epilogue_nodes, prologue_nodes):
         raise NotImplementedError("the spyre backend has no template kernels")
