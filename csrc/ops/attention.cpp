@@ -120,44 +120,34 @@ at::Tensor additive_bias(const at::Tensor& query,
                    -std::numeric_limits<double>::infinity());
 }
 
-// out and the row logsumexp from one attention program, or nullopt when it
-// does not apply (autograd, dropout, other ranks or dtypes, a mask that does
-// not broadcast, keys and values too long for a scratchpad).
-std::optional<std::tuple<at::Tensor, at::Tensor>> attention_program(
-    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-    const std::optional<at::Tensor>& attn_mask, double dropout_p,
-    bool is_causal, double factor) {
-  const at::ScalarType t = query.scalar_type();
-  if (query.dim() != 4 || key.dim() != 4 || value.dim() != 4 ||
-      dropout_p > 0.0 || key.scalar_type() != t || value.scalar_type() != t ||
-      (t != at::kHalf && t != at::kBFloat16 && t != at::kFloat)) {
-    return std::nullopt;
-  }
-  if (at::GradMode::is_enabled() &&
-      (needs_grad(query) || needs_grad(key) || needs_grad(value) ||
-       (attn_mask.has_value() && needs_grad(*attn_mask)))) {
-    return std::nullopt;
-  }
-  const int64_t b = query.size(0), heads = query.size(1), l = query.size(2);
-  const int64_t kv_heads = key.size(1), s = key.size(2), dv = value.size(3);
-  if (key.size(0) != b || value.size(0) != b || value.size(1) != kv_heads ||
-      value.size(2) != s || key.size(3) != query.size(3) || kv_heads == 0 ||
-      heads % kv_heads != 0 || b * heads * l * s * dv == 0) {
-    return std::nullopt;
-  }
-  const int64_t rep = heads / kv_heads;
+// The mask as a bias [B, Hk, rep, L, S] in q's dtype for `query` [B, H, L,
+// d] grouped as Hk x rep heads: undefined without a mask, nullopt when the
+// mask does not broadcast to [B, H, L, S].
+std::optional<at::Tensor> grouped_bias(
+    const at::Tensor& query, const std::optional<at::Tensor>& attn_mask,
+    int64_t kv_heads, int64_t s) {
   at::Tensor bias = additive_bias(query, attn_mask);
-  if (bias.defined()) {
-    if (!at::is_expandable_to(bias.sizes(), {b, heads, l, s})) {
-      return std::nullopt;
-    }
-    bias = bias.expand({b, heads, l, s}).unflatten(1, {kv_heads, rep});
+  if (!bias.defined()) return bias;
+  const int64_t b = query.size(0), heads = query.size(1), l = query.size(2);
+  if (!at::is_expandable_to(bias.sizes(), {b, heads, l, s})) {
+    return std::nullopt;
   }
-  // [B, Hk, rep, ...]: a query head reads the key/value head it groups with
-  // (stride 0 over rep).
-  at::Tensor q = query.unflatten(1, {kv_heads, rep});
-  at::Tensor k = key.unsqueeze(2).expand({b, kv_heads, rep, s, key.size(3)});
-  at::Tensor v = value.unsqueeze(2).expand({b, kv_heads, rep, s, dv});
+  return bias.expand({b, heads, l, s})
+      .unflatten(1, {kv_heads, heads / kv_heads});
+}
+
+// out [B, H, L, dv] and the row logsumexp [B, H, L] of one attention
+// program over `query`'s heads grouped as [B, Hk, rep]: q, k, v (and bias)
+// in that grouping; `key_rows` (defined: paged) [B, Hk, rep, 1, S] picks
+// each key's row of the tables k and v. Nullopt when the program does not
+// fit. Without `want_lse` the returned logsumexp may be any tensor holding
+// it (not copied into the [B, H, L] layout).
+std::optional<std::tuple<at::Tensor, at::Tensor>> run_attention(
+    const at::Tensor& query, at::Tensor q, at::Tensor k, at::Tensor v,
+    at::Tensor bias, at::Tensor key_rows, bool is_causal, double factor,
+    int64_t kv_heads, int64_t dv, bool want_lse = true) {
+  const int64_t b = query.size(0), heads = query.size(1), l = query.size(2);
+  const int64_t rep = heads / kv_heads;
   const at::Tensor out = empty_like_query(query, dv);
   const at::Tensor lse =
       at::empty({b, heads, l}, query.options().dtype(at::kFloat));
@@ -194,19 +184,23 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> attention_program(
   shape.out = *out_matrix;
   shape.lse = *lse_rows;
   if (bias.defined()) shape.bias = matrix_operand(bias, 3);
+  if (key_rows.defined()) shape.key_rows = matrix_operand(key_rows, 3);
   shape.scale = factor;
   shape.causal = is_causal;
   std::vector<at::Tensor> bound{q, k, v, out_written, lse_written};
   if (bias.defined()) bound.push_back(bias);
+  if (key_rows.defined()) bound.push_back(key_rows);
   const c10::DeviceIndex device = query.device().index();
   const kernels::AttentionOptions options{{device_chip(device)}};
   kernels::KeyWriter program_key;
   program_key.add("attention").add(factor).add(bias.defined()).add(is_causal);
+  program_key.add(key_rows.defined());
   for (const kernels::Matrix* m :
        {&shape.q, &shape.k, &shape.v, &shape.out, &shape.lse}) {
     append_key(program_key, *m);
   }
   if (shape.bias) append_key(program_key, *shape.bias);
+  if (shape.key_rows) append_key(program_key, *shape.key_rows);
   try {
     launch_cached(
         device, ProgramKey(std::move(program_key)),
@@ -215,8 +209,47 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> attention_program(
     return std::nullopt;
   }
   if (!out_written.is_same(out)) out.copy_(out_written);
+  if (!want_lse) return std::tuple{out, lse_written};
   if (!lse_written.is_same(lse)) lse.copy_(lse_written);
   return std::tuple{out, lse};
+}
+
+// out and the row logsumexp from one attention program, or nullopt when it
+// does not apply (autograd, dropout, other ranks or dtypes, a mask that does
+// not broadcast, keys and values too long for a scratchpad).
+std::optional<std::tuple<at::Tensor, at::Tensor>> attention_program(
+    const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+    const std::optional<at::Tensor>& attn_mask, double dropout_p,
+    bool is_causal, double factor) {
+  const at::ScalarType t = query.scalar_type();
+  if (query.dim() != 4 || key.dim() != 4 || value.dim() != 4 ||
+      dropout_p > 0.0 || key.scalar_type() != t || value.scalar_type() != t ||
+      (t != at::kHalf && t != at::kBFloat16 && t != at::kFloat)) {
+    return std::nullopt;
+  }
+  if (at::GradMode::is_enabled() &&
+      (needs_grad(query) || needs_grad(key) || needs_grad(value) ||
+       (attn_mask.has_value() && needs_grad(*attn_mask)))) {
+    return std::nullopt;
+  }
+  const int64_t b = query.size(0), heads = query.size(1), l = query.size(2);
+  const int64_t kv_heads = key.size(1), s = key.size(2), dv = value.size(3);
+  if (key.size(0) != b || value.size(0) != b || value.size(1) != kv_heads ||
+      value.size(2) != s || key.size(3) != query.size(3) || kv_heads == 0 ||
+      heads % kv_heads != 0 || b * heads * l * s * dv == 0) {
+    return std::nullopt;
+  }
+  const int64_t rep = heads / kv_heads;
+  const std::optional<at::Tensor> bias =
+      grouped_bias(query, attn_mask, kv_heads, s);
+  if (!bias) return std::nullopt;
+  // [B, Hk, rep, ...]: a query head reads the key/value head it groups with
+  // (stride 0 over rep).
+  return run_attention(
+      query, query.unflatten(1, {kv_heads, rep}),
+      key.unsqueeze(2).expand({b, kv_heads, rep, s, key.size(3)}),
+      value.unsqueeze(2).expand({b, kv_heads, rep, s, dv}), *bias, at::Tensor(),
+      is_causal, factor, kv_heads, dv);
 }
 
 using AttentionResult =
@@ -319,6 +352,101 @@ AttentionResult autograd_fused_attention(
   return at::_ops::_scaled_dot_product_fused_attention_overrideable::call(
       query, key, value, attn_bias, dropout_p, is_causal, return_debug_mask,
       scale);
+}
+
+// torch.ops.spyre.paged_attention: attention of query [B, H, L, d] over a
+// paged KV cache, key_cache [slots, Hk, d] and value_cache [slots, Hk, dv]
+// (Hk divides H: grouped-query heads), where key j of request b is cache
+// row key_rows[b, j] (int64 or int32 [B, S]). attn_mask (bool, True =
+// attend, or additive) broadcasts to [B, H, L, S]; is_causal puts query i
+// at key position i. One program that gathers the rows it reads (DMA
+// gathers: the cache is never copied); when it cannot fit, the rows are
+// gathered first and attended as scaled_dot_product_attention.
+at::Tensor paged_attention(const at::Tensor& query, const at::Tensor& key_cache,
+                           const at::Tensor& value_cache,
+                           const at::Tensor& key_rows,
+                           const std::optional<at::Tensor>& attn_mask,
+                           bool is_causal, std::optional<double> scale) {
+  TORCH_CHECK(query.dim() == 4 && key_cache.dim() == 3 &&
+                  value_cache.dim() == 3 && key_rows.dim() == 2,
+              "spyre: paged_attention expects query [B, H, L, d], caches "
+              "[slots, kv_heads, dim] and key_rows [B, S], got ",
+              query.sizes(), ", ", key_cache.sizes(), ", ", value_cache.sizes(),
+              ", ", key_rows.sizes());
+  const int64_t b = query.size(0), heads = query.size(1), d = query.size(3);
+  const int64_t slots = key_cache.size(0), kv_heads = key_cache.size(1);
+  const int64_t s = key_rows.size(1), dv = value_cache.size(2);
+  TORCH_CHECK(key_cache.size(2) == d && value_cache.size(0) == slots &&
+                  value_cache.size(1) == kv_heads && key_rows.size(0) == b,
+              "spyre: paged_attention: the caches must have the query's head "
+              "dim and equal slots and heads, and key_rows one row per "
+              "request; got query ",
+              query.sizes(), ", caches ", key_cache.sizes(), " and ",
+              value_cache.sizes(), ", key_rows ", key_rows.sizes());
+  TORCH_CHECK(kv_heads > 0 && heads % kv_heads == 0,
+              "spyre: paged_attention: the query's ", heads,
+              " heads are not a multiple of the cache's ", kv_heads);
+  TORCH_CHECK(key_cache.scalar_type() == query.scalar_type() &&
+                  value_cache.scalar_type() == query.scalar_type(),
+              "spyre: paged_attention: the caches must have the query's "
+              "dtype ",
+              query.scalar_type());
+  TORCH_CHECK(
+      key_rows.scalar_type() == at::kLong || key_rows.scalar_type() == at::kInt,
+      "spyre: paged_attention: key_rows must be int64 or int32, got ",
+      key_rows.scalar_type());
+  for (const at::Tensor* t : {&key_cache, &value_cache, &key_rows}) {
+    TORCH_CHECK(t->device() == query.device(),
+                "spyre: paged_attention: expected every tensor on ",
+                query.device(), ", got ", t->device());
+  }
+  const double factor =
+      scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(d));
+  const int64_t rep = heads / kv_heads;
+  // The caches as tables, one head each: [B (stride 0), Hk, rep (stride 0),
+  // slots, dim]; only addressed as they are, never copied.
+  const auto table = [&](const at::Tensor& cache) {
+    return cache.transpose(0, 1).unsqueeze(0).unsqueeze(2).expand(
+        {b, kv_heads, rep, slots, cache.size(2)});
+  };
+  const at::Tensor k = table(key_cache), v = table(value_cache);
+  const std::optional<at::Tensor> bias =
+      grouped_bias(query, attn_mask, kv_heads, s);
+  const bool fits = query.numel() > 0 && s > 0 && dv > 0 && bias &&
+                    matrix_view(k, 3) && matrix_view(v, 3) &&
+                    (query.scalar_type() == at::kHalf ||
+                     query.scalar_type() == at::kBFloat16 ||
+                     query.scalar_type() == at::kFloat);
+  if (fits) {
+    const at::Tensor rows =
+        key_rows.view({b, 1, 1, 1, s}).expand({b, kv_heads, rep, 1, s});
+    if (auto result = run_attention(query, query.unflatten(1, {kv_heads, rep}),
+                                    k, v, *bias, rows, is_causal, factor,
+                                    kv_heads, dv, /*want_lse=*/false)) {
+      return std::get<0>(*result);
+    }
+  }
+  const at::Tensor flat = key_rows.reshape({-1});
+  const auto gathered = [&](const at::Tensor& cache) {
+    return cache.index_select(0, flat)
+        .view({b, s, kv_heads, cache.size(2)})
+        .transpose(1, 2);
+  };
+  return std::get<0>(attention(query, gathered(key_cache),
+                               gathered(value_cache), attn_mask, 0.0, is_causal,
+                               false, scale,
+                               /*allow_program=*/true));
+}
+
+TORCH_LIBRARY(spyre, m) {
+  m.def(
+      "paged_attention(Tensor query, Tensor key_cache, Tensor value_cache, "
+      "Tensor key_rows, Tensor? attn_mask=None, bool is_causal=False, "
+      "float? scale=None) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(spyre, PrivateUse1, m) {
+  m.impl("paged_attention", TORCH_FN(paged_attention));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -23,6 +23,24 @@ bool same_batches(const Matrix& a, const Matrix& b) {
   return true;
 }
 
+void check_paged(const AttentionShape& s) {
+  const Matrix& index = *s.key_rows;
+  if (index.dtype != rt::DType::kInt64 && index.dtype != rt::DType::kInt32) {
+    throw KernelBuildError("attention: key rows must be int64 or int32");
+  }
+  if (index.rows != 1 || !same_batches(s.q, index)) {
+    throw KernelBuildError(
+        "attention: key rows are one row of positions per batch of q");
+  }
+  for (const Matrix* m : {&s.k, &s.v}) {
+    if (m->strided_form().row_dims.size() != 1 || m->rows == 0) {
+      throw KernelBuildError(
+          "attention: paged keys and values are tables with one row "
+          "dimension");
+    }
+  }
+}
+
 void check_shape(const AttentionShape& s) {
   const rt::DType t = s.q.dtype;
   if (t != rt::DType::kFloat16 && t != rt::DType::kBFloat16 && t != kF32) {
@@ -33,7 +51,8 @@ void check_shape(const AttentionShape& s) {
     throw KernelBuildError(
         "attention: k, v, out and bias take q's dtype, lse fp32");
   }
-  if (s.k.cols != s.d() || s.v.rows != s.s() || s.out.rows != s.l() ||
+  const uint64_t key_rows = s.key_rows ? s.k.rows : s.s();
+  if (s.k.cols != s.d() || s.v.rows != key_rows || s.out.rows != s.l() ||
       s.out.cols != s.dv() || s.lse.rows != 1 || s.lse.cols != s.l() ||
       (s.bias && (s.bias->rows != s.l() || s.bias->cols != s.s()))) {
     throw KernelBuildError(rt::str(
@@ -49,6 +68,7 @@ void check_shape(const AttentionShape& s) {
   if (s.bias && !same_batches(s.q, *s.bias)) {
     throw KernelBuildError("attention: the bias lists q's batches");
   }
+  if (s.key_rows) check_paged(s);
   if (s.l() == 0 || s.s() == 0 || s.d() == 0 || s.dv() == 0) {
     throw KernelBuildError("attention over an empty matrix needs no program");
   }
@@ -65,6 +85,7 @@ struct Buffers {
   uint32_t q, k, kt, v, scores, probs, acc, out, bias;
   uint32_t mask, key_index, query_index, minus_inf;  // causal masking
   uint32_t max, safe_max, sum, alpha, lse;
+  uint32_t key_rows;  // paged: the key block's table rows
   uint32_t q_pitch, k_pitch, kt_pitch, v_pitch, scores_pitch, probs_pitch,
       acc_pitch, out_pitch, bias_pitch, stats_pitch;
 };
@@ -100,6 +121,9 @@ Buffers lay_out(const AttentionShape& s, Blocking k, Reserve&& reserve) {
     b.query_index = reserve(padded_row_bytes(k.rows, kF32), "attention rows");
     b.minus_inf = reserve(kF32Bytes, "attention -inf");
   }
+  b.key_rows = s.key_rows ? reserve(padded_row_bytes(k.keys, s.key_rows->dtype),
+                                    "attention key rows")
+                          : 0;
   b.max = reserve(b.stats_pitch, "attention row max");
   b.safe_max = reserve(b.stats_pitch, "attention finite row max");
   b.sum = reserve(b.stats_pitch, "attention row sum");
@@ -196,12 +220,48 @@ class AttentionEmitter {
   // Keys [k0, k0 + keys), transposed on the vector unit (the matrix unit
   // reads row-contiguous B fastest), and their values.
   void load_keys_and_values(uint64_t batch, uint64_t k0, uint64_t keys) {
-    core_.load(s_.k.tiles(kK, k0, keys, 0, s_.d(), b_.k, b_.k_pitch, batch));
+    if (s_.key_rows) {
+      const Matrix& index = *s_.key_rows;
+      core_.load(index.tiles(key_rows_slot(), 0, 1, k0, keys, b_.key_rows,
+                             padded_row_bytes(keys, index.dtype), batch));
+      gather(s_.k, kK, b_.k, b_.k_pitch, batch, keys);
+    } else {
+      core_.load(s_.k.tiles(kK, k0, keys, 0, s_.d(), b_.k, b_.k_pitch, batch));
+    }
     core_.emit(vec(rt::VecOp::kCopy, spad_tile(b_.kt, t(), b_.kt_pitch),
                    transposed(spad_tile(b_.k, t(), b_.k_pitch)), u32(s_.d()),
                    u32(keys)));
-    core_.load(s_.v.tiles(kV, k0, keys, 0, s_.dv(), b_.v, b_.v_pitch, batch));
+    if (s_.key_rows) {
+      gather(s_.v, kV, b_.v, b_.v_pitch, batch, keys);
+    } else {
+      core_.load(s_.v.tiles(kV, k0, keys, 0, s_.dv(), b_.v, b_.v_pitch, batch));
+    }
     resident_ = batch;
+  }
+
+  uint32_t key_rows_slot() const { return s_.bias ? kBias + 1 : kBias; }
+
+  // Rows key_rows (loaded at b_.key_rows) of table `m`'s batch into the
+  // scratchpad at `spad`, `pitch` apart: one gather per stick of a row
+  // unless a row's sticks are contiguous.
+  void gather(const Matrix& m, uint32_t slot, uint32_t spad, uint32_t pitch,
+              uint64_t batch, uint64_t keys) {
+    const Matrix table = m.strided_form(batch);
+    const uint64_t sticks = table.sticks_per_row();
+    const bool contiguous_row = table.stick_stride == rt::kStickBytes;
+    for (uint64_t st = 0; st < (contiguous_row ? 1 : sticks); ++st) {
+      rt::DmaGather g;
+      g.table = {slot, table.offset + st * table.stick_stride};
+      g.table_rows = table.rows;
+      g.table_row_stride = static_cast<uint64_t>(table.row_dims[0].stride);
+      g.row_bytes = u32((contiguous_row ? sticks : 1) * rt::kStickBytes);
+      g.index_spad = b_.key_rows;
+      g.index_dtype = s_.key_rows->dtype;
+      g.count = u32(keys);
+      g.spad = spad + u32(st * rt::kStickBytes);
+      g.spad_stride = pitch;
+      core_.emit(g);
+    }
   }
 
   // scores = scale * q @ k^T + bias, in fp32
@@ -333,15 +393,19 @@ rt::Program build_attention(const AttentionShape& s,
         s.dv(), ") and 32 query rows need more than the ",
         o.target.scratchpad_budget(), " bytes of scratchpad available"));
   }
-  ProgramBuilder builder(rt::str("attention_", s.l(), "x", s.s(), "x", s.d(),
-                                 "x", s.dv(), s.causal ? "_causal" : ""),
-                         o.target.cores(), o.target.scratchpad_budget());
+  ProgramBuilder builder(
+      rt::str(s.key_rows ? "paged_attention_" : "attention_", s.l(), "x", s.s(),
+              "x", s.d(), "x", s.dv(), s.causal ? "_causal" : ""),
+      o.target.cores(), o.target.scratchpad_budget());
   builder.add_arg("q", s.q.dtype, s.q.bytes(), false);
   builder.add_arg("k", s.q.dtype, s.k.bytes(), false);
   builder.add_arg("v", s.q.dtype, s.v.bytes(), false);
   builder.add_arg("out", s.q.dtype, s.out.bytes(), true);
   builder.add_arg("lse", kF32, s.lse.bytes(), true);
   if (s.bias) builder.add_arg("bias", s.q.dtype, s.bias->bytes(), false);
+  if (s.key_rows) {
+    builder.add_arg("key_rows", s.key_rows->dtype, s.key_rows->bytes(), false);
+  }
   // Blocks in (batch, rows) order, a contiguous run per core: neighbours
   // share a batch, whose keys and values stay loaded when all fit.
   const uint64_t per_batch = ceil_div(s.l(), blocks->rows);

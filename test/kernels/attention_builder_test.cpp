@@ -23,6 +23,9 @@ struct Case {
   uint64_t batches = 1, l = 1, s = 1, d = 1, dv = 1;
   bool bias = false, bias_rows_repeat = false, shared_keys = false;
   bool causal = false;
+  // keys and values in tables of table_rows(s) rows, read at random rows
+  // (repeats included) through key_rows: a paged KV cache
+  bool paged = false;
   double scale = 1;
   uint32_t cores = 0;
   uint32_t scratchpad = 0;  // bytes a core may use; 0: the chip's
@@ -35,11 +38,16 @@ Matrix batched(uint64_t rows, uint64_t cols, DType t, uint64_t batches,
   return m;
 }
 
+uint64_t table_rows(const Case& c) { return c.paged ? 2 * c.s + 3 : c.s; }
+
 AttentionShape shape_of(const Case& c, DType t) {
   AttentionShape s;
   s.q = batched(c.l, c.d, t, c.batches);
-  s.k = batched(c.s, c.d, t, c.batches, c.shared_keys);
-  s.v = batched(c.s, c.dv, t, c.batches, c.shared_keys);
+  s.k = batched(table_rows(c), c.d, t, c.batches, c.shared_keys);
+  s.v = batched(table_rows(c), c.dv, t, c.batches, c.shared_keys);
+  if (c.paged) {
+    s.key_rows = batched(1, c.s, DType::kInt64, c.batches, c.shared_keys);
+  }
   s.out = batched(c.l, c.dv, t, c.batches);
   s.lse = batched(1, c.l, DType::kFloat32, c.batches);
   if (c.bias) {
@@ -62,6 +70,13 @@ void check_attention(const Case& c, DType t, double tol) {
         o.target.chip.scratchpad_reserve + c.scratchpad;
   }
   const rt::Program program = kernels::build_attention(s, o);
+  uint64_t gathers = 0;
+  for (const rt::CoreProgram& core : program.cores) {
+    for (const rt::Instruction& inst : core.instructions) {
+      gathers += std::holds_alternative<rt::DmaGather>(inst);
+    }
+  }
+  EXPECT_EQ(gathers > 0, c.paged);  // paged keys are never loaded as tiles
   std::mt19937 rng(7);
   std::vector<Image> images;
   for (const Matrix* m : {&s.q, &s.k, &s.v, &s.out, &s.lse}) {
@@ -83,6 +98,24 @@ void check_attention(const Case& c, DType t, double tol) {
       }
     }
   }
+  // where batch b's key j lives in its table
+  std::vector<std::vector<uint64_t>> rows(c.batches);
+  std::uniform_int_distribution<uint64_t> row_of(0, table_rows(c) - 1);
+  if (s.key_rows) images.emplace_back(s.key_rows->bytes());
+  for (uint64_t b = 0; b < c.batches; ++b) {
+    for (uint64_t j = 0; j < c.s; ++j) {
+      const uint64_t shared = c.shared_keys ? 0 : b;
+      if (!c.paged) {
+        rows[b].push_back(j);
+      } else if (b != shared) {
+        rows[b].push_back(rows[shared][j]);
+      } else {
+        rows[b].push_back(row_of(rng));
+        images.back().put(*s.key_rows, b, 0, j,
+                          static_cast<double>(rows[b][j]));
+      }
+    }
+  }
   std::vector<Image> inputs = images;
   auto device = small_device();
   run_images(*device, program, images);
@@ -93,7 +126,8 @@ void check_attention(const Case& c, DType t, double tol) {
       for (uint64_t j = 0; j < c.s; ++j) {
         double dot = 0;
         for (uint64_t x = 0; x < c.d; ++x) {
-          dot += inputs[0].get(s.q, b, i, x) * inputs[1].get(s.k, b, j, x);
+          dot += inputs[0].get(s.q, b, i, x) *
+                 inputs[1].get(s.k, b, rows[b][j], x);
         }
         score[j] =
             c.scale * dot + (s.bias ? inputs[5].get(*s.bias, b, i, j) : 0);
@@ -113,7 +147,7 @@ void check_attention(const Case& c, DType t, double tol) {
         double want = 0;
         if (max != -kInf) {
           for (uint64_t j = 0; j < c.s; ++j) {
-            want += score[j] / sum * inputs[2].get(s.v, b, j, y);
+            want += score[j] / sum * inputs[2].get(s.v, b, rows[b][j], y);
           }
         }
         const double got = images[3].get(s.out, b, i, y);
@@ -216,6 +250,40 @@ TEST_P(Attention, OneBiasRowForEveryQueryAndSharedKeys) {
                    .bias_rows_repeat = true,
                    .shared_keys = true,
                    .scale = 0.125},
+                  GetParam(), tol());
+}
+
+TEST_P(Attention, PagedKeysAndValuesReadThroughKeyRows) {
+  // Keys and values gathered from tables by their rows: resident, shared by
+  // grouped heads, with a bias, and (a 128 KiB scratchpad) over key blocks
+  // with a causal diagonal.
+  check_attention({.batches = 4,
+                   .l = 5,
+                   .s = 37,
+                   .d = 64,
+                   .dv = 64,
+                   .shared_keys = true,
+                   .paged = true,
+                   .scale = 0.125},
+                  GetParam(), tol());
+  check_attention({.batches = 3,
+                   .l = 9,
+                   .s = 20,
+                   .d = 16,
+                   .dv = 24,
+                   .bias = true,
+                   .paged = true,
+                   .scale = 0.25},
+                  GetParam(), tol());
+  check_attention({.batches = 2,
+                   .l = 300,
+                   .s = 300,
+                   .d = 160,
+                   .dv = 64,
+                   .causal = true,
+                   .paged = true,
+                   .scale = 0.125,
+                   .scratchpad = 128 * 1024},
                   GetParam(), tol());
 }
 

@@ -143,11 +143,12 @@ class SpyreScheduling(sched.BaseScheduling):
             except SpyreKernelTooLarge:
                 raise  # a clear compile error, never a wrong program
             except SpyreLoweringError as e:
-                if len(nodes) > 1:
+                if len(nodes) > 1 and any(self._lowers(n) for n in nodes):
                     # The fusion check is cheaper than building the program:
                     # a group it let through may still not build (a store
                     # the fused loops cannot make). Each node then gets its
-                    # own kernel, and only those that fail run on the host.
+                    # own kernel, and only those that fail run on the host
+                    # (when none builds, the group stays one host kernel).
                     for n in nodes:
                         self._codegen_group([n])
                     return

@@ -18,15 +18,18 @@ which
    ``copy_`` into that slice of the cache each for keys and values; else
    ``index_copy_`` along the slot dim with the step's slot mapping (a device
    tensor), one scatter program each that moves only the new tokens' rows;
-2. reads the requests' own blocks (``index_select`` of block tables, device
-   tensors, over the cache viewed as blocks: the step's requests' blocks
-   only, never the whole cache) and attends with
-   ``scaled_dot_product_attention``. The decode requests at the head of the
-   step (one new token each) attend together: their block tables padded to
-   the longest, one gather and one batched attention per layer under a
-   length mask. Every other request (a prompt or a chunk of one) attends on
-   its own: causal within its new tokens, everything before them visible
-   (prefix-cached blocks or earlier chunks).
+2. attends with ``torch.ops.spyre.paged_attention``: one device program
+   per attention that reads each key and value row from the cache where its
+   token lives (the cache slots of the request's positions, a device tensor
+   made with the step's other integers; DMA gathers inside the program, no
+   copy of any block). The decode requests at the head of the step (one new
+   token each) attend together: their slot lists padded to the longest, one
+   batched program per layer under a length mask. Every other request (a
+   prompt or a chunk of one) attends on its own: causal within its new
+   tokens, everything before them visible (prefix-cached blocks or earlier
+   chunks). Gemma 2's soft-capped scores are not in that program: those
+   layers read the requests' blocks with ``index_select`` (the step's
+   blocks only) and compute the capped attention in device ops.
 
 No attention mask is built by transformers for this implementation (it is
 not in transformers' mask registry); causality comes from the step's own
@@ -57,6 +60,8 @@ class RequestSlice:
     query_len: int
     context_len: int
     block_table: torch.Tensor
+    # [1, context_len] int64 on the device: the cache slot of each position.
+    key_rows: torch.Tensor | None = None
     # [query_len, context_len] bool on the device when some context precedes
     # the new tokens and there are several of them; None otherwise.
     mask: torch.Tensor | None = None
@@ -87,6 +92,9 @@ class DecodeGroup:
     # [size, 1, 1, max_blocks * block_size] bool on the device: True up to
     # each request's context length.
     mask: torch.Tensor
+    # [size, max_blocks * block_size] int64 on the device: the cache slot of
+    # each position of each request's padded table.
+    key_rows: torch.Tensor | None = None
     block_size: int = 0
     # Each request's context length (host), for sliding-window masks.
     lengths: list = field(default_factory=list)
@@ -151,33 +159,49 @@ def make_step(requests, block_size, kv_caches, device, host_ints=()):
         group += 1
     max_blocks = max((len(t) for t in tables[:group]), default=0)
     padded = [b for t in tables[:group] for b in t + [0] * (max_blocks - len(t))]
+    rest = [b for t in tables[group:] for b in t]
+    # The cache slot of every position the step's attention reads: each
+    # padded table's blocks, then each other request's first context_len.
+    padded_rows = _slots_of(padded, block_size)
+    rest_rows = [row for (_, _, context_len), table in zip(spans[group:], tables[group:])
+                 for row in _slots_of(table, block_size)[:context_len]]
     host_ints = list(host_ints)
     # The slot mapping first: at the start of the storage, the scatter that
     # writes the new keys and values reads it as it is (no copy).
-    flat = torch.tensor(slots + host_ints + padded + [b for t in tables[group:] for b in t],
+    flat = torch.tensor(slots + host_ints + padded + rest + padded_rows + rest_rows,
                         dtype=torch.long).to(device)
     slot_mapping = flat[:len(slots)]
     at = len(slots) + len(host_ints)
+    rows_at = at + len(padded) + len(rest)
     decode = None
     if group:
         lengths = torch.tensor([span[2] for span in spans[:group]])
         mask = torch.arange(max_blocks * block_size).unsqueeze(0) < lengths.unsqueeze(1)
         decode = DecodeGroup(size=group, block_tables=flat[at:at + len(padded)],
                              max_blocks=max_blocks, mask=mask.view(group, 1, 1, -1).to(device),
+                             key_rows=flat[rows_at:rows_at + len(padded_rows)].view(group, -1),
                              lengths=lengths.tolist(), block_size=block_size)
         at += len(padded)
+        rows_at += len(padded_rows)
     slices = []
     for (query_start, query_len, context_len), table in zip(spans[group:], tables[group:]):
         mask = causal_mask(query_len, context_len, device) if context_len > query_len else None
         slices.append(RequestSlice(query_start, query_len, context_len,
-                                   flat[at:at + len(table)], mask))
+                                   flat[at:at + len(table)],
+                                   flat[rows_at:rows_at + context_len].view(1, -1), mask))
         at += len(table)
+        rows_at += context_len
     consecutive = all(b == a + 1 for a, b in zip(slots, slots[1:]))
     batch = StepBatch(slot_mapping=slot_mapping, first_slot=slots[0] if consecutive else None,
                       requests=slices, kv_caches=kv_caches,
                       block_size=block_size, decode=decode,
                       max_context_len=max(span[2] for span in spans), num_tokens=len(slots))
     return batch, flat[len(slots):len(slots) + len(host_ints)]
+
+
+def _slots_of(block_ids, block_size):
+    """The cache slots of the positions that blocks ``block_ids`` hold, in order."""
+    return [block * block_size + offset for block in block_ids for offset in range(block_size)]
 
 
 def visible(positions: torch.Tensor, context_len: int, window: int) -> torch.Tensor:
@@ -302,19 +326,24 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
                                      batch.block_size, scaling, softcap))
     for req in batch.requests:
         q = query[:, :, req.query_start:req.query_start + req.query_len]
-        if req.context_len == req.query_len:
-            # Only new tokens: they are their own context.
-            keys = new_keys[req.query_start:req.query_start + req.query_len]
-            values = new_values[req.query_start:req.query_start + req.query_len]
-        else:
-            keys = read_blocks(key_cache, req.block_table, batch.block_size, req.context_len)
-            values = read_blocks(value_cache, req.block_table, batch.block_size,
-                                 req.context_len)
         causal = req.context_len == req.query_len and req.query_len > 1
         mask = req.mask
         if window is not None and req.context_len > window:
             mask, causal = req.window_mask(window, query.device), False
-        outputs.append(attend(q, keys, values, mask, scaling, causal, softcap).transpose(1, 2))
+        if req.context_len == req.query_len:
+            # Only new tokens: they are their own context.
+            keys = new_keys[req.query_start:req.query_start + req.query_len]
+            values = new_values[req.query_start:req.query_start + req.query_len]
+            out = attend(q, keys, values, mask, scaling, causal, softcap)
+        elif softcap is None:
+            out = torch.ops.spyre.paged_attention(q, key_cache, value_cache, req.key_rows,
+                                                  mask, causal, scaling)
+        else:
+            keys = read_blocks(key_cache, req.block_table, batch.block_size, req.context_len)
+            values = read_blocks(value_cache, req.block_table, batch.block_size,
+                                 req.context_len)
+            out = attend(q, keys, values, mask, scaling, causal, softcap)
+        outputs.append(out.transpose(1, 2))
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
     if padding:
         out = F.pad(out, (0, 0, 0, 0, 0, padding))
@@ -324,19 +353,24 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
 def attend_decode(query, key_cache, value_cache, group, mask, block_size, scaling,
                   softcap=None):
     """The decode group's attention in one batched program: each request's
-    blocks (padded to the longest table) read with one index_select, its one
-    query against them under ``mask`` (the group's length mask, or its
-    sliding-window form). ``[1, size, q_heads, head]``."""
+    one query against the rows of its blocks (its table padded to the
+    longest) under ``mask`` (the group's length mask, or its sliding-window
+    form), read in the cache by the program; soft-capped scores over the
+    blocks read with one index_select. ``[1, size, q_heads, head]``."""
     rows, kv_heads, dim = key_cache.shape
     q_heads = query.shape[1]
     length = group.max_blocks * block_size
+    q = query[0, :, :group.size].transpose(0, 1).unsqueeze(2)  # [size, q_heads, 1, head]
+    if softcap is None:
+        out = torch.ops.spyre.paged_attention(q, key_cache, value_cache, group.key_rows,
+                                              mask, False, scaling)
+        return out.transpose(1, 2).reshape(1, group.size, q_heads, dim)
 
     def gather(cache):
         blocks = cache.view(rows // block_size, block_size, kv_heads, dim)
         picked = blocks.index_select(0, group.block_tables)
         return picked.view(group.size, length, kv_heads, dim).transpose(1, 2)
 
-    q = query[0, :, :group.size].transpose(0, 1).unsqueeze(2)  # [size, q_heads, 1, head]
     out = scaled_attention(q, gather(key_cache), gather(value_cache), mask, scaling,
                            softcap=softcap)
     return out.transpose(1, 2).reshape(1, group.size, q_heads, dim)

@@ -38,9 +38,15 @@ struct AttentionShape {
   // diagonal at the top left). Key blocks wholly above it are skipped.
   bool causal = false;
   double scale = 1;
+  // Paged keys and values (a KV cache in blocks): key position j of batch b
+  // is row key_rows[b](0, j) of k and v, which are then tables (one row
+  // dimension: the cache's slots, one head per batch) read by DMA gathers,
+  // never copied whole. int64 or int32, 1 x S per batch (stride 0 across
+  // the heads of one request). A row outside the table is a device error.
+  std::optional<Matrix> key_rows;
 
   uint64_t l() const { return q.rows; }
-  uint64_t s() const { return k.rows; }
+  uint64_t s() const { return key_rows ? key_rows->cols : k.rows; }
   uint64_t d() const { return q.cols; }
   uint64_t dv() const { return v.cols; }
 };
@@ -49,11 +55,12 @@ struct AttentionOptions {
   Target target;  // the device planned for (program_builder.h)
 };
 
-// Slots: 0 = q, 1 = k, 2 = v, 3 = out, 4 = lse (outputs), 5 = bias when
-// given. All operands list the same batches (stride 0 repeats one, as
-// grouped-query attention's keys do). Throws KernelBuildError when the
-// shapes disagree or the keys and values of one batch do not fit a
-// scratchpad (long sequences: compute it as separate products then).
+// Slots: 0 = q, 1 = k, 2 = v, 3 = out, 4 = lse (outputs), then bias and
+// key_rows when given, in that order. All operands list the same batches
+// (stride 0 repeats one, as grouped-query attention's keys do). Throws
+// KernelBuildError when the shapes disagree or the keys and values of one batch
+// do not fit a scratchpad (long sequences: compute it as separate products
+// then).
 rt::Program build_attention(const AttentionShape& shape,
                             const AttentionOptions& options);
 
