@@ -198,3 +198,18 @@ def test_transposes_into_part_of_a_buffer_keep_its_other_elements(dtype):
         out = f(a.to("spyre"), b.to("spyre"))
     assert torch.equal(out.cpu(), torch.cat([a.t(), b.t()], 1))
     assert "restickify" not in [k.get("kind") for k in scheduling.compiled_kernels.values()]
+
+
+@pytest.mark.parametrize("fn,shape", [
+    # rows read 8 at a time from a transposed layout (a Mamba-style
+    # [b, d, n] read as [b, n, d] in blocks): 1024 * (r // 8) + r % 8
+    (lambda x: x.view(2, 16, 8, 8).transpose(2, 3).reshape(2, 128, 8) * 3, (2, 16, 64)),
+    # rows of 9 in rows of 18 (a [16, 18] buffer read as [32, 9]): the row
+    # var wraps into the outer dim every 2 rows
+    (lambda x: (x.exp().reshape(32, 9) + 1).sin(), (16, 18)),
+], ids=["rows_in_blocks", "half_rows"])
+def test_row_var_cut_into_digits_is_a_device_program(fn, shape):
+    x = torch.randn(*shape, dtype=torch.float32)
+    runtime.reset_stats()
+    compile_and_compare(fn, x, tol=POINTWISE_TOL)
+    assert runtime.stats()["host_kernels"] == 0

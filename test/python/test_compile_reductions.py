@@ -148,3 +148,22 @@ def test_reduction_stored_across_heads_is_device_programs(fn):
     runtime.reset_stats()
     compile_and_compare(fn, x, tol=REDUCTION_TOL)
     assert runtime.stats()["host_kernels"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("fn", [
+    # [b, s, h, d] heads of 16 (each a padded stick) read as [b, s, h * d]:
+    # the col var walks two dims, cut into digits at each head
+    lambda x, w: x.reshape(2, 8, 64) * w,
+    lambda x, w: (x.reshape(2, 8, 64).pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt(),
+    lambda x, w: x.reshape(2, 8, 64) * torch.rsqrt(
+        x.reshape(2, 8, 64).pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+    # a [b, s, h, d] slice of a wider buffer (an offset view)
+    lambda x, w: (x[:, :, 1:3].reshape(2, 8, 32) * w[:32]).sum(-1),
+], ids=["pointwise", "reduction", "rms_norm", "slice"])
+def test_cols_across_padded_heads_are_device_programs(fn, dtype):
+    x = torch.randn(2, 8, 4, 16, dtype=dtype)
+    w = torch.randn(64, dtype=dtype)
+    runtime.reset_stats()
+    compile_and_compare(fn, x, w, tol=NORM_TOL)
+    assert runtime.stats()["host_kernels"] == 0

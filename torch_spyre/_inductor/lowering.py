@@ -180,16 +180,54 @@ COL_SPLIT_THRESHOLD = 8192
 COL_CHUNK = 4096
 
 
-def _outer_digits(space: Space, exprs, split_col: bool) -> dict:
+def _layout_cuts(space: Space, accesses) -> dict:
+    """Cut points of outer and col vars that walk past the end of a buffer
+    dim into the next one out, as after a reshape that merged dims (the
+    [b, s, h, d] attention output read as [b, s, h * d] rows, whose heads
+    each fill a padded stick): {var: {steps per wrap}}. Cut there, the var's
+    digits each walk one dim. `accesses` are (buffer, index) pairs in role
+    symbols."""
+    ranges = dict(space.outer)
+    for var in (space.row, space.col):
+        if var:
+            ranges[var[0]] = var[1]
+    cuts: dict = {}
+    for buf, expr in accesses:
+        try:
+            lay = buffer_layout(buf)
+        except SpyreLoweringError:
+            continue
+        strides, sizes = lay.host_strides, lay.host_sizes
+        expr = sympy.expand(sympy.sympify(expr))
+        for var, n in ranges.items():
+            c = expr.coeff(var)
+            if not isinstance(c, sympy.Integer) or c <= 0:
+                continue
+            c = int(c)
+            dims = [d for d in range(lay.rank) if strides[d] <= c and c % strides[d] == 0]
+            if not dims:
+                continue
+            d = max(dims, key=lambda d: strides[d])
+            span = strides[d] * sizes[d]  # the next dim out's stride
+            if d == 0 or c * (n - 1) < span or span % c or n % (span // c):
+                continue
+            cuts.setdefault(var, set()).add(span // c)
+    return cuts
+
+
+def _outer_digits(space: Space, exprs, split_col: bool, layout_cuts=None) -> dict:
     """Outer vars that the indices divide, as grouped-query attention's
     repeat_kv reads kv head h // n_rep: FloorDiv(o, d) and ModularIndexing(o,
     d, m) cut o at d (and d * m). A var whose cuts divide each other and its
     size becomes mixed-radix digits (o = sum weight * digit), in which such
     indices are affine. With `split_col` the col var too (RoPE's cos/sin of
     cat((freqs, freqs)) read col % (d / 2)): its lowest digit stays the col
-    var, the others become outer vars. Returns {var: [(digit, size,
-    weight)], least first}."""
+    var, the others become outer vars. The row var likewise (a transposed
+    read, rows taken 8 at a time: 1024 * (r // 8) + r % 8). Returns {var:
+    [(digit, size, weight)], least first}."""
     sizes = dict(space.outer)
+    if space.row:
+        sizes[space.row[0]] = space.row[1]
     if split_col and space.col:
         sizes[space.col[0]] = space.col[1]
     cuts: dict = {}
@@ -202,6 +240,9 @@ def _outer_digits(space: Space, exprs, split_col: bool) -> dict:
                 [atom.args[1], atom.args[1] * atom.args[2]]
             if all(isinstance(e, sympy.Integer) for e in ends):
                 cuts.setdefault(var, set()).update(int(e) for e in ends)
+    for var, ends in (layout_cuts or {}).items():
+        if var in sizes:
+            cuts.setdefault(var, set()).update(ends)
     digits = {}
     for var, ends in cuts.items():
         n = sizes[var]
@@ -243,12 +284,17 @@ def _space_in_digits(space: Space, digits: dict, reduced: bool = False) -> Space
     for var, n in space.outer:
         outer += [(d, size) for d, size, _ in reversed(digits[var])] if var in digits \
             else [(var, n)]
+    row = space.row
+    if row and row[0] in digits:
+        low, *high = digits[row[0]]
+        row = (low[0], low[1])
+        outer += [(d, size) for d, size, _ in reversed(high)]
     col, red_outer = space.col, list(space.red_outer)
     if col and col[0] in digits:
         low, *high = digits[col[0]]
         col = (low[0], low[1])
         (red_outer if reduced else outer).extend((d, size) for d, size, _ in reversed(high))
-    return dataclasses.replace(space, outer=outer, col=col, red_outer=red_outer)
+    return dataclasses.replace(space, outer=outer, row=row, col=col, red_outer=red_outer)
 
 
 def _col_is_cut(space: Space, exprs) -> bool:
@@ -370,9 +416,17 @@ def check_group(name: str, nodes: list[CapturedNode], removable: set) -> KernelP
         exprs += [_renamed(v.args[0 if v.op == "index_expr" else 1], subs[i])
                   for st in n.stores for v in _walk(st.value, set())
                   if v.op in ("load", "index_expr")]
+    accesses = []
+    for i, n in enumerate(nodes):
+        accesses += [(st.buffer, _renamed(st.index, subs[i])) for st in n.stores
+                     if st.buffer not in internal]
+        accesses += [(v.args[0], _renamed(v.args[1], subs[i])) for v in _loads(n)
+                     if not (v.args[0] in produced and produced[v.args[0]][0] < i)]
+    layout_cuts = _layout_cuts(space, accesses)
     reduces = any(n.is_reduction for n in nodes)
     split_col = space.col_tail is None and not any(s.red_outer for s in spaces)
-    if reduces and split_col and _col_is_cut(space, exprs):
+    col_cut = space.col is not None and space.col[0] in layout_cuts
+    if reduces and split_col and (col_cut or _col_is_cut(space, exprs)):
         # The reduced cols split into digits: the reduction accumulates over
         # the higher ones. A pointwise node over those cols (a norm's scaled
         # output) needs the finished reduction, so it runs in its own kernel.
@@ -382,7 +436,7 @@ def check_group(name: str, nodes: list[CapturedNode], removable: set) -> KernelP
                 "a pointwise node over them cannot share the reduction's program")
     elif reduces:
         split_col = False
-    digits = _outer_digits(space, exprs, split_col=split_col)
+    digits = _outer_digits(space, exprs, split_col=split_col, layout_cuts=layout_cuts)
     plan = KernelPlan(name, _space_in_digits(space, digits, reduced=reduces), list(nodes),
                       list(subs), stored, internal, produced,
                       [_space_in_digits(sp, digits, reduced=n.is_reduction)
