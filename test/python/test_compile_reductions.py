@@ -167,3 +167,23 @@ def test_cols_across_padded_heads_are_device_programs(fn, dtype):
     runtime.reset_stats()
     compile_and_compare(fn, x, w, tol=NORM_TOL)
     assert runtime.stats()["host_kernels"] == 0
+
+
+@pytest.mark.parametrize("fn", [
+    lambda m: m.any(),                      # longformer's is_index_global_attn.any()
+    lambda m: m.all(),
+    lambda m: m.flatten().any(),
+    lambda m: m[:, 1:].all(dim=(0, 2)),     # over two dims of a view, one kept
+    lambda m: (m.float() > 0.5).any(),      # a computed bool
+], ids=["any", "all", "flatten_any", "view_all_two_dims", "computed"])
+@pytest.mark.parametrize("fill", ["random", "all_false", "all_true", "one_true"])
+def test_any_and_all_over_several_dims(fn, fill):
+    m = {"random": torch.rand(3, 9, 40) > 0.3, "all_false": torch.zeros(3, 9, 40, dtype=torch.bool),
+         "all_true": torch.ones(3, 9, 40, dtype=torch.bool)}.get(fill)
+    if m is None:
+        m = torch.zeros(3, 9, 40, dtype=torch.bool)
+        m[2, 8, 39] = True
+    runtime.reset_stats()
+    out, _ = compile_and_compare(fn, m, tol=REDUCTION_TOL)
+    assert torch.equal(out.cpu(), fn(m))
+    assert runtime.stats()["host_kernels"] == 0

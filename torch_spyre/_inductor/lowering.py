@@ -208,10 +208,13 @@ def _layout_cuts(space: Space, accesses) -> dict:
             if not dims:
                 continue
             d = max(dims, key=lambda d: strides[d])
-            span = strides[d] * sizes[d]  # the next dim out's stride
-            if d == 0 or c * (n - 1) < span or span % c or n % (span // c):
-                continue
-            cuts.setdefault(var, set()).add(span // c)
+            # a cut at each dim the var wraps out of (a flatten of several)
+            while d > 0:
+                span = strides[d] * sizes[d]  # the next dim out's stride
+                if c * (n - 1) < span or span % c or n % (span // c):
+                    break
+                cuts.setdefault(var, set()).add(span // c)
+                d -= 1
     return cuts
 
 
