@@ -181,8 +181,8 @@ COL_CHUNK = 4096
 
 
 def _layout_cuts(space: Space, accesses) -> dict:
-    """Cut points of outer and col vars that walk past the end of a buffer
-    dim into the next one out, as after a reshape that merged dims (the
+    """Cut points of outer, row and col vars that walk past the end of a
+    buffer dim into the next one out, as after a reshape that merged dims (the
     [b, s, h, d] attention output read as [b, s, h * d] rows, whose heads
     each fill a padded stick): {var: {steps per wrap}}. Cut there, the var's
     digits each walk one dim. `accesses` are (buffer, index) pairs in role
