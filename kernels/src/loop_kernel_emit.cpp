@@ -304,8 +304,8 @@ BlockEmitter::TileId BlockEmitter::compute(uint32_t id, const Eval& ev,
     case LoopOpKind::kUnary:
       if (op.name == "square") {
         const TileId x = ev(op.args[0]);
-        const TileId dst =
-            new_tile(kF32, tiles_[x].has_rows, tiles_[x].has_cols);
+        const TileId dst = new_tile(op.dtype.value_or(kF32), tiles_[x].has_rows,
+                                    tiles_[x].has_cols);
         vec(rt::VecOp::kMul, dst, {x, x}, rows_of(dst, s), cols_of(dst, s));
         return dst;
       }

@@ -153,6 +153,7 @@ class BlockEmitter {
   TileId new_tile(rt::DType dtype, bool has_rows, bool has_cols);
   void free_tile(TileId t);
   int64_t rows_of(TileId t, const Shape& s) const;
+  rt::DType accumulator(TileId x) const;
   int64_t cols_of(TileId t, const Shape& s) const;
 
   TileId compute(uint32_t op, const Eval& ev, const Shape& s);

@@ -27,6 +27,12 @@ int64_t product(const std::vector<int64_t>& sizes) {
 
 }  // namespace
 
+// Sums, products and extrema of integer (or bool) values accumulate in
+// int64, exactly, as PyTorch's do; of floating values in fp32.
+rt::DType BlockEmitter::accumulator(TileId x) const {
+  return rt::is_floating(tiles_[x].dtype) ? kF32 : rt::DType::kInt64;
+}
+
 BlockEmitter::TileId BlockEmitter::reduction(uint32_t id, const Eval& ev,
                                              const Shape& s) {
   const LoopOp& op = k_.ops[id];
@@ -73,7 +79,8 @@ BlockEmitter::TileId BlockEmitter::reduction(uint32_t id, const Eval& ev,
   if (op.name == "argmin") red = rt::RedOp::kArgMin;
   if (!red) fail(rt::str("reduction '", op.name, "' has no device lowering"));
   const bool arg = *red == rt::RedOp::kArgMax || *red == rt::RedOp::kArgMin;
-  const TileId dst = new_tile(arg ? rt::DType::kInt64 : kF32, hr, false);
+  const TileId dst =
+      new_tile(arg ? rt::DType::kInt64 : accumulator(x), hr, false);
   reduce(*red, dst, x, rows, K);
   return dst;
 }
@@ -133,7 +140,7 @@ BlockEmitter::TileId BlockEmitter::reduction_multi(uint32_t id,
             x = transform(x, rows);
             made.push_back(x);
           }
-          if (!dst) dst = new_tile(kF32, tiles_[x].has_rows, false);
+          if (!dst) dst = new_tile(accumulator(x), tiles_[x].has_rows, false);
           reduce(rop, *dst, x, rows, s.K, i > 0);
           for (TileId t : made) free_tile(t);
         }
@@ -187,20 +194,22 @@ BlockEmitter::TileId BlockEmitter::combine_across_cores(rt::RedOp op,
   // helper cores send their one-element partial to the first core over the
   // ring and stop; the first core gathers and reduces them
   const std::vector<uint32_t>& cores = ring_->cores;
+  const rt::DType dtype = tiles_[partial].dtype;
+  const uint32_t bytes_each = rt::element_size(dtype);
   if (ring_->core != cores[0]) {
     if (out_ != nullptr) {
-      out_->emit(
-          rt::RingSend{ring_->core, cores[0], device_tile(partial).offset, 4});
+      out_->emit(rt::RingSend{ring_->core, cores[0],
+                              device_tile(partial).offset, bytes_each});
     }
     throw PartialSent{};
   }
   // one stick per core: aligned receives
   const uint64_t bytes = uint64_t{rt::kStickBytes} * cores.size();
   const uint64_t offset = alloc_.alloc(bytes);
-  tiles_.push_back(Tile{offset, kF32, 0, rt::kStickBytes, false, true,
+  tiles_.push_back(Tile{offset, dtype, 0, rt::kStickBytes, false, true,
                         std::pair{offset, bytes}});
   const TileId gathered = tiles_.size() - 1;
-  vec(rt::VecOp::kCopy, Tile{offset, kF32, 0, 0, false, false, {}},
+  vec(rt::VecOp::kCopy, Tile{offset, dtype, 0, 0, false, false, {}},
       {tiles_[partial]}, 1, 1);
   for (size_t i = 1; i < cores.size(); ++i) {
     if (out_ != nullptr) {
@@ -208,11 +217,11 @@ BlockEmitter::TileId BlockEmitter::combine_across_cores(rt::RedOp op,
           cores[i],
           cores[i],
           static_cast<uint32_t>(region_ + offset + i * rt::kStickBytes),
-          4,
+          bytes_each,
           {}});
     }
   }
-  const TileId result = new_tile(kF32, false, false);
+  const TileId result = new_tile(dtype, false, false);
   reduce(op, result, gathered, 1, static_cast<int64_t>(cores.size()));
   free_tile(gathered);
   return result;

@@ -502,8 +502,8 @@ BINARY_OPS = {
 }
 
 
-# On bool values (masks) bitwise ops are the logical ones; integer bit
-# patterns have no device lowering (their kernels run on the host).
+# On bool values (masks) bitwise ops are the logical ones; on integers they
+# act on the int64 bit patterns (the vector unit's bitwise ops).
 BOOL_BITWISE_OPS = {"bitwise_and": "logical_and", "bitwise_or": "logical_or",
                     "bitwise_xor": "ne"}
 
@@ -566,13 +566,20 @@ def describe_kernel(plan: KernelPlan) -> dict:
                       for a in v.args if isinstance(a, (Value, Reduction))]
         op = dict(node=node_i, args=value_args)
         name = v.op[len("libdevice_"):] if v.op.startswith("libdevice_") else v.op
-        compute = "bool" if v.dtype == torch.bool else "float32"
+        # Integer values compute in int64 (exact, as PyTorch's do), floating
+        # ones in fp32, masks as bool.
+        integer = v.dtype is not None and v.dtype != torch.bool and \
+            not v.dtype.is_floating_point
+        compute = "bool" if v.dtype == torch.bool else "int64" if integer else "float32"
         if v.op == "load":
             buf, index = v.args
             op.update(op="load", buffer=buf)
             if not (buf in plan.produced and plan.produced[buf][0] < node_i):
                 op["access"] = access(node_i, buf, index, "load")
         elif v.op == "constant":
+            if integer and float(v.args[0]) != v.args[0]:
+                raise SpyreLoweringError(f"{plan.name}: the integer constant {v.args[0]} "
+                                         "has no exact device form (beyond 2^53)")
             op.update(op="constant", value=float(v.args[0]), dtype=compute)
         elif v.op == "index_expr":
             expr = plan.renamed(v.args[0], node_i)
@@ -582,6 +589,8 @@ def describe_kernel(plan: KernelPlan) -> dict:
                 raise SpyreLoweringError(f"{plan.name}: index expression {expr} is not affine")
             op.update(op="index", constant=int(rest),
                       terms=[[*node_roles[node_i][s], int(c)] for s, c in coeffs.items() if c])
+            if integer:
+                op["dtype"] = "int64"
         elif v.op == "to_dtype":
             op.update(op="to_dtype", dtype=DTYPE_NAMES.get(v.dtype),
                       to_float=v.dtype in (torch.float32, torch.float64))
@@ -592,8 +601,14 @@ def describe_kernel(plan: KernelPlan) -> dict:
             op.update(op="binary", name=BOOL_BITWISE_OPS[name], dtype="bool")
         elif name == "bitwise_not" and v.dtype == torch.bool:
             op.update(op="unary", name="logical_not")
+        elif name in BOOL_BITWISE_OPS and integer:
+            op.update(op="binary", name=name, dtype=compute)  # bit patterns in int64
+        elif name == "bitwise_not" and integer:
+            op.update(op="unary", name=name, dtype=compute)
         elif name in UNARY_OPS:
             op.update(op="unary", name=UNARY_OPS[name])
+            if integer:
+                op["dtype"] = compute
         elif name in BINARY_OPS:
             op.update(op="binary", name=BINARY_OPS[name], dtype=compute)
         elif name == "where":

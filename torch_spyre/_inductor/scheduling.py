@@ -3,6 +3,8 @@ and reduction nodes becomes one device program."""
 
 from __future__ import annotations
 
+import itertools
+
 from torch._inductor import scheduler as sched
 from torch._inductor.codegen.common import BackendFeature, Kernel
 from torch._inductor.utils import sympy_product
@@ -143,14 +145,17 @@ class SpyreScheduling(sched.BaseScheduling):
             except SpyreKernelTooLarge:
                 raise  # a clear compile error, never a wrong program
             except SpyreLoweringError as e:
-                if len(nodes) > 1 and any(self._lowers(n) for n in nodes):
+                builds = [self._lowers(n) for n in nodes] if len(nodes) > 1 else []
+                if any(builds):
                     # The fusion check is cheaper than building the program:
                     # a group it let through may still not build (a store
-                    # the fused loops cannot make). Each node then gets its
-                    # own kernel, and only those that fail run on the host
-                    # (when none builds, the group stays one host kernel).
-                    for n in nodes:
-                        self._codegen_group([n])
+                    # the fused loops cannot make). Each node that builds
+                    # alone then gets its own kernel; each run of the others
+                    # stays one host kernel, as the whole group would have.
+                    for built, run in itertools.groupby(zip(builds, nodes), key=lambda x: x[0]):
+                        run = [n for _, n in run]
+                        for group in ([n] for n in run) if built else [run]:
+                            self._codegen_group(group)
                     return
                 self._host_fallback(kernel_name, nodes, captured, e)
                 return
