@@ -67,6 +67,17 @@ def test_int32_wraps_like_the_cpu():
     compare(lambda x: x * 3 + 1, a)
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32], ids=str)
+def test_narrow_products_wrap_before_they_are_summed(dtype):
+    # (a * b) is of a's dtype and wraps there; the sum then accumulates the
+    # wrapped values in int64 (an int64 product inside the fused kernel
+    # would give 18242 for int8 instead of 66)
+    a = torch.tensor([100, 127, 5, 90], dtype=dtype)
+    b = torch.tensor([100, 1, 3, 90], dtype=dtype)
+    compare(lambda x, y: (x * y).sum(), a, b)
+    compare(lambda x, y: (x + y) * 2 - y, a, b)
+
+
 def test_views_and_offsets():
     base = torch.arange(2**40, 2**40 + 3 * 70, dtype=torch.int64).view(3, 70)
     compare(lambda x: x[1:, 5:40] * 2 + x[:2, :35], base)

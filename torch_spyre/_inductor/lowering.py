@@ -503,7 +503,7 @@ BINARY_OPS = {
 
 
 # On bool values (masks) bitwise ops are the logical ones; on integers they
-# act on the int64 bit patterns (the vector unit's bitwise ops).
+# act on the bit patterns (the vector unit's bitwise ops).
 BOOL_BITWISE_OPS = {"bitwise_and": "logical_and", "bitwise_or": "logical_or",
                     "bitwise_xor": "ne"}
 
@@ -566,11 +566,15 @@ def describe_kernel(plan: KernelPlan) -> dict:
                       for a in v.args if isinstance(a, (Value, Reduction))]
         op = dict(node=node_i, args=value_args)
         name = v.op[len("libdevice_"):] if v.op.startswith("libdevice_") else v.op
-        # Integer values compute in int64 (exact, as PyTorch's do), floating
-        # ones in fp32, masks as bool.
+        # Integer values compute exactly in their own dtype (int64 inside
+        # each instruction, wrapped to an int8 or int32 result as PyTorch's
+        # are), floating ones in fp32, masks as bool.
         integer = v.dtype is not None and v.dtype != torch.bool and \
             not v.dtype.is_floating_point
-        compute = "bool" if v.dtype == torch.bool else "int64" if integer else "float32"
+        compute = "bool" if v.dtype == torch.bool else \
+            DTYPE_NAMES.get(v.dtype) if integer else "float32"
+        if compute is None:
+            raise SpyreLoweringError(f"{plan.name}: {v.dtype} values have no device form")
         if v.op == "load":
             buf, index = v.args
             op.update(op="load", buffer=buf)
@@ -590,7 +594,7 @@ def describe_kernel(plan: KernelPlan) -> dict:
             op.update(op="index", constant=int(rest),
                       terms=[[*node_roles[node_i][s], int(c)] for s, c in coeffs.items() if c])
             if integer:
-                op["dtype"] = "int64"
+                op["dtype"] = compute
         elif v.op == "to_dtype":
             op.update(op="to_dtype", dtype=DTYPE_NAMES.get(v.dtype),
                       to_float=v.dtype in (torch.float32, torch.float64))
@@ -602,7 +606,7 @@ def describe_kernel(plan: KernelPlan) -> dict:
         elif name == "bitwise_not" and v.dtype == torch.bool:
             op.update(op="unary", name="logical_not")
         elif name in BOOL_BITWISE_OPS and integer:
-            op.update(op="binary", name=name, dtype=compute)  # bit patterns in int64
+            op.update(op="binary", name=name, dtype=compute)  # bit patterns
         elif name == "bitwise_not" and integer:
             op.update(op="unary", name=name, dtype=compute)
         elif name in UNARY_OPS:
