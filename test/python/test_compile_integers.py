@@ -87,3 +87,33 @@ def test_views_and_offsets():
 def test_positions_from_arange_stay_exact():
     # an index expression beyond 2^24 (a flat position in a large tensor)
     compare(lambda x: x + torch.arange(2**25, 2**25 + x.numel(), device=x.device), big())
+
+
+@pytest.mark.parametrize("fn,on_host", [
+    (lambda a, b: torch.remainder(a, b), False),   # Python's sign rule, on the device
+    (lambda a, b: torch.remainder(a.float(), b.float() + 0.5), False),
+    (lambda a, b: a << 3, True),                   # no device shift: a counted host kernel
+    (lambda a, b: a >> 2, True),
+    (lambda a, b: torch.fmod(a, b), None),          # C's sign rule
+], ids=["remainder", "remainder_float", "lshift", "rshift", "fmod"])
+def test_division_ops_and_shifts_compile_and_match(fn, on_host):
+    # the compiled path never raises on an op the eager path has
+    a, b = big(), torch.tensor([3, -5, 11, 987654321, 2**35, -1])
+    runtime.reset_stats()
+    torch._dynamo.reset()
+    got = torch.compile(fn)(a.to("spyre"), b.to("spyre"))
+    want = fn(a, b)
+    if want.is_floating_point():
+        torch.testing.assert_close(got.cpu(), want)
+    else:
+        assert torch.equal(got.cpu(), want)
+    if on_host is not None:
+        assert (runtime.stats()["host_kernels"] > 0) == on_host
+
+
+def test_an_integer_remainder_by_zero_is_an_error():
+    a, b = big(n=4), torch.tensor([3, 0, 2, 1])
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match="zero|divisor"):
+        torch.compile(lambda x, y: x % y)(a.to("spyre"), b.to("spyre"))
+        torch.spyre.synchronize()

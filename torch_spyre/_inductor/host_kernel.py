@@ -49,7 +49,12 @@ _FUNCS = {"neg": "torch.neg", "abs": "torch.abs", "exp": "torch.exp", "log": "to
           "where": "torch.where", "square": "torch.square", "log2": "torch.log2",
           "atan": "torch.atan", "signbit": "torch.signbit", "trunc": "torch.trunc",
           "round": "torch.round", "isnan": "torch.isnan", "isinf": "torch.isinf",
-          "bitwise_not": "torch.bitwise_not", "acos": "torch.acos", "erfinv": "torch.erfinv"}
+          "bitwise_not": "torch.bitwise_not", "acos": "torch.acos", "erfinv": "torch.erfinv",
+          "remainder": "torch.remainder", "bitwise_left_shift": "torch.bitwise_left_shift",
+          "bitwise_right_shift": "torch.bitwise_right_shift",
+          # Inductor's integer division ops: Python's floor, C's remainder
+          "floordiv": "torch.floor_divide", "mod": "torch.fmod",
+          "int_truediv": "torch.true_divide"}
 _REDUCTIONS = {"sum": "sum", "max": "amax", "min": "amin", "prod": "prod",
                "argmax": "argmax", "argmin": "argmin", "any": "any", "all": "all"}
 
@@ -111,6 +116,12 @@ class _Writer:
             return self.tmp(f"({args[0]} {_BINARY[name]} {args[1]})")
         if name in _FUNCS:
             return self.tmp(f"{_FUNCS[name]}({', '.join(args)})")
+        if name == "truncdiv" and len(args) == 2:
+            return self.tmp(f"torch.div({args[0]}, {args[1]}, rounding_mode='trunc')")
+        if callable(getattr(torch, name, None)) and not name.startswith("_"):
+            # Inductor's pointwise ops carry torch's names (fmod, atan2,
+            # hypot, copysign, sinh, ...): the torch function is the op
+            return self.tmp(f"torch.{name}({', '.join(args)})")
         raise SpyreLoweringError(f"op {op!r} has no host evaluation")
 
     def _reduction(self, red: Reduction) -> str:

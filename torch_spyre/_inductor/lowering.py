@@ -499,6 +499,9 @@ BINARY_OPS = {
     "maximum": "max", "minimum": "min", "pow": "pow", "eq": "eq", "ne": "ne", "lt": "lt",
     "le": "le", "gt": "gt", "ge": "ge", "logical_and": "logical_and",
     "logical_or": "logical_or", "and_": "logical_and", "or_": "logical_or",
+    # Python's remainder (the divisor's sign); an integer divisor of zero is
+    # a device error, as it is an error on the CPU
+    "remainder": "remainder",
 }
 
 
