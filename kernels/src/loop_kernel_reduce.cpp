@@ -154,12 +154,12 @@ BlockEmitter::TileId BlockEmitter::reduction_multi(uint32_t id,
   if (op.name == "any" || op.name == "all") {
     // as numbers, as over one dim: any = max(x != 0), all = min(x != 0)
     const rt::RedOp rop = op.name == "any" ? rt::RedOp::kMax : rt::RedOp::kMin;
-    TileId folded = fold(rop, [&](TileId x, int64_t rows) {
+    // (one core: ring_cores spreads only sum, max, min and prod)
+    const TileId folded = fold(rop, [&](TileId x, int64_t rows) {
       const TileId as_float = new_tile(kF32, tiles_[x].has_rows, true);
       vec(rt::VecOp::kCopy, as_float, {x}, rows, s.K);
       return as_float;
     });
-    if (ring_) folded = combine_across_cores(rop, folded);
     const TileId dst =
         new_tile(rt::DType::kBool, tiles_[folded].has_rows, false);
     vec(rt::VecOp::kNe, dst, {folded}, rows_of(folded, s), 1, 0.0);
