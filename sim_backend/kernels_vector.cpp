@@ -11,6 +11,10 @@
 #include <cstring>
 #include <limits>
 
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
 #include "kernels.h"
 #include "kernels_util.h"
 #include "vector_ops.h"
@@ -252,6 +256,25 @@ void binary_float(VecOp op, const FloatArgs& x) {
   }
 }
 
+// x ** e for the scalar exponents PyTorch's CPU pow computes in exact
+// forms for fp32 and bf16 (its results are the reference; fp16 takes powf
+// there too): a square is one product, not powf's logarithm and
+// exponential, and a half power is sqrt (so (-inf) ** 0.5 is NaN, as on
+// the CPU, where powf gives inf). False for any other exponent.
+bool pow_by_exact_form(float e, const FloatArgs& x) {
+  auto map = [&](auto f) {
+    map_unary(x.a, x.out, x.n, f);
+    return true;
+  };
+  if (e == 2.0f) return map([](float p) { return p * p; });
+  if (e == 3.0f) return map([](float p) { return p * p * p; });
+  if (e == -2.0f) return map([](float p) { return 1.0f / (p * p); });
+  if (e == 0.5f) return map([](float p) { return std::sqrt(p); });
+  if (e == -0.5f) return map([](float p) { return 1.0f / std::sqrt(p); });
+  if (e == -1.0f) return map([](float p) { return 1.0f / p; });
+  return false;
+}
+
 // ---- int64 domain ----------------------------------------------------------
 
 struct IntArgs {
@@ -463,7 +486,11 @@ void run_float_chunk(const rt::Vector& v, const Operands& ops, uint32_t r,
       } else {
         load_floats(ops.src1, r, c0, n, buf.b);
       }
-      binary_float(v.op, args);
+      if (!(v.src1_is_imm && v.op == VecOp::kPow &&
+            ops.src0.dtype != rt::DType::kFloat16 &&
+            pow_by_exact_form(static_cast<float>(v.imm), args))) {
+        binary_float(v.op, args);
+      }
       break;
     default:
       load_floats(ops.src0, r, c0, n, buf.cond);
@@ -523,6 +550,72 @@ void run_rows(const rt::Vector& v, const Operands& ops, RunChunk run_chunk) {
   }
 }
 
+#if defined(__SSE2__)
+// One 8 x 8 block of a transpose: element (r, c) moves from in + r * ES +
+// c * in_col (a source read down its columns) to out + r * out_row + c * ES
+// (rows contiguous), as bits (loads, shuffles and stores never touch a
+// value, so a signalling NaN stays signalling). This is the on-chip
+// transpose of every linear layer's weights, elementwise the emulator's
+// hottest loop.
+template <size_t ES>
+void transpose_block(const uint8_t* in, int64_t in_col, uint8_t* out,
+                     int64_t out_row);
+
+template <>
+[[gnu::always_inline]] inline void transpose_block<4>(const uint8_t* in,
+                                                      int64_t in_col,
+                                                      uint8_t* out,
+                                                      int64_t out_row) {
+  for (int c = 0; c < 8; c += 4) {
+    for (int r = 0; r < 8; r += 4) {
+      const uint8_t* src = in + r * 4 + c * in_col;
+      __m128 x0 = _mm_loadu_ps(reinterpret_cast<const float*>(src));
+      __m128 x1 = _mm_loadu_ps(reinterpret_cast<const float*>(src + in_col));
+      __m128 x2 =
+          _mm_loadu_ps(reinterpret_cast<const float*>(src + 2 * in_col));
+      __m128 x3 =
+          _mm_loadu_ps(reinterpret_cast<const float*>(src + 3 * in_col));
+      _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+      uint8_t* dst = out + r * out_row + c * 4;
+      _mm_storeu_ps(reinterpret_cast<float*>(dst), x0);
+      _mm_storeu_ps(reinterpret_cast<float*>(dst + out_row), x1);
+      _mm_storeu_ps(reinterpret_cast<float*>(dst + 2 * out_row), x2);
+      _mm_storeu_ps(reinterpret_cast<float*>(dst + 3 * out_row), x3);
+    }
+  }
+}
+
+template <>
+[[gnu::always_inline]] inline void transpose_block<2>(const uint8_t* in,
+                                                      int64_t in_col,
+                                                      uint8_t* out,
+                                                      int64_t out_row) {
+  __m128i x[8], y[8];
+  for (int c = 0; c < 8; ++c) {
+    x[c] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + c * in_col));
+  }
+  // Interleave 16-, then 32-, then 64-bit lanes: x[c] holds column c
+  // (rows 0..7); after three rounds y[r] holds row r (columns 0..7).
+  for (int i = 0; i < 4; ++i) {
+    y[2 * i] = _mm_unpacklo_epi16(x[2 * i], x[2 * i + 1]);
+    y[2 * i + 1] = _mm_unpackhi_epi16(x[2 * i], x[2 * i + 1]);
+  }
+  for (int h = 0; h < 8; h += 4) {
+    for (int i = 0; i < 2; ++i) {
+      x[h + 2 * i] = _mm_unpacklo_epi32(y[h + i], y[h + i + 2]);
+      x[h + 2 * i + 1] = _mm_unpackhi_epi32(y[h + i], y[h + i + 2]);
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    y[2 * i] = _mm_unpacklo_epi64(x[i], x[i + 4]);
+    y[2 * i + 1] = _mm_unpackhi_epi64(x[i], x[i + 4]);
+  }
+  for (int r = 0; r < 8; ++r) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + r * out_row), y[r]);
+  }
+}
+#endif
+
 // Copies rows x cols elements of ES bytes between non-overlapping tiles in
 // square blocks, so a source read down its columns is read a few cache lines
 // at a time rather than one element per line along each row.
@@ -535,10 +628,34 @@ void copy_in_blocks(const TileRef& dst, const TileRef& src, uint32_t rows,
   const uint8_t* const in = src.base;
   const int64_t out_row = dst.row_stride, out_col = dst.col_stride;
   const int64_t in_row = src.row_stride, in_col = src.col_stride;
-  for_each_in_blocks(rows, cols, [=](uint32_t r, uint32_t c) {
+  const auto copy_one = [=](uint32_t r, uint32_t c) {
     std::memcpy(out + r * out_row + c * out_col, in + r * in_row + c * in_col,
                 ES);
-  });
+  };
+#if defined(__SSE2__)
+  if constexpr (ES == 2 || ES == 4) {
+    if (in_row == ES && out_col == ES) {
+      constexpr uint32_t kBlock = 8;
+      const uint32_t full_rows = rows / kBlock * kBlock;
+      const uint32_t full_cols = cols / kBlock * kBlock;
+      for (uint32_t r = 0; r < full_rows; r += kBlock) {
+        for (uint32_t c = 0; c < full_cols; c += kBlock) {
+          transpose_block<ES>(in + r * in_row + c * in_col, in_col,
+                              out + r * out_row + c * out_col, out_row);
+        }
+      }
+      // The ragged edges: the last cols of the full rows, then the last rows.
+      for_each_in_blocks(
+          full_rows, cols - full_cols,
+          [&](uint32_t r, uint32_t c) { copy_one(r, full_cols + c); });
+      for_each_in_blocks(rows - full_rows, cols, [&](uint32_t r, uint32_t c) {
+        copy_one(full_rows + r, c);
+      });
+      return;
+    }
+  }
+#endif
+  for_each_in_blocks(rows, cols, copy_one);
 }
 
 // A copy that only moves elements (same dtype) moves each element's bytes

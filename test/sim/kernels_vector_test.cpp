@@ -350,6 +350,59 @@ TEST(VectorFloat, NanAndInfPropagateLikeTorch) {
   EXPECT_EQ(spad.get(v.dst, 0, 2), 1.0);
 }
 
+// A scalar exponent PyTorch's CPU takes in an exact form (fp32 and bf16)
+// gives that form's result bit for bit, edge values included; fp16 keeps
+// powf, as the CPU's fp16 pow does.
+TEST(VectorFloat, PowScalarExponentsTakeTheCpusExactForms) {
+  const float inf = INFINITY;
+  const std::vector<float> x = {1.7f, -3.1f, 0.3f,   -0.0f, 0.0f,
+                                inf,  -inf,  1e-20f, 3e12f};
+  struct Form {
+    double exponent;
+    float (*f)(float);
+  };
+  const Form forms[] = {
+      {2.0, [](float p) { return p * p; }},
+      {3.0, [](float p) { return p * p * p; }},
+      {-2.0, [](float p) { return 1.0f / (p * p); }},
+      {0.5, [](float p) { return std::sqrt(p); }},
+      {-0.5, [](float p) { return 1.0f / std::sqrt(p); }},
+      {-1.0, [](float p) { return 1.0f / p; }},
+      {1.5, [](float p) { return std::pow(p, 1.5f); }},
+  };
+  const auto n = static_cast<uint32_t>(x.size());
+  for (DType dt : {DType::kFloat32, DType::kFloat16}) {
+    for (const Form& form : forms) {
+      SCOPED_TRACE(testing::Message()
+                   << static_cast<int>(dt) << " ** " << form.exponent);
+      Spad spad;
+      rt::Vector v;
+      v.op = VecOp::kPow;
+      v.rows = 1;
+      v.cols = n;
+      v.src0 = row_major(0, dt, n);
+      v.dst = row_major(1024, DType::kFloat32, n);
+      v.src1_is_imm = true;
+      v.imm = form.exponent;
+      for (uint32_t i = 0; i < n; ++i) spad.put(v.src0, 0, i, x[i]);
+      run_vector(v, spad.span());
+      for (uint32_t i = 0; i < n; ++i) {
+        const auto in = static_cast<float>(spad.get(v.src0, 0, i));
+        const float want = dt == DType::kFloat16
+                               ? std::pow(in, static_cast<float>(form.exponent))
+                               : form.f(in);
+        const auto got = static_cast<float>(spad.get(v.dst, 0, i));
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(got)) << in;
+        } else {
+          EXPECT_EQ(std::memcmp(&got, &want, sizeof(float)), 0)
+              << in << ": got " << got << ", want " << want;
+        }
+      }
+    }
+  }
+}
+
 TEST(VectorLayout, BroadcastImmediateAndNegativeStrides) {
   Spad spad;
   const uint32_t rows = 4, cols = 70;
@@ -493,45 +546,48 @@ rt::Tile column_major(uint32_t offset, DType t, uint32_t rows) {
 // Same-dtype copies give back the bits they read, signalling NaNs included
 // (random bytes hold many), from a transposed source and from contiguous
 // rows alike.
+// Sizes ragged against the 8 x 8 transpose blocks and sticks, and whole
+// blocks only.
 TEST(VectorCopy, SameDtypeCopiesMoveEveryElementAsItIs) {
-  const uint32_t rows = 37, cols = 45;  // ragged against blocks and sticks
-  for (bool transposed : {true, false}) {
-    for (DType dt :
-         {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kInt8,
-          DType::kInt32, DType::kInt64, DType::kUInt8, DType::kBool}) {
-      SCOPED_TRACE(testing::Message() << static_cast<int>(dt)
-                                      << (transposed ? " transposed" : ""));
-      Spad spad;
-      rt::Vector v;
-      v.op = VecOp::kCopy;
-      v.rows = rows;
-      v.cols = cols;
-      v.src0 = transposed ? column_major(0, dt, rows) : row_major(0, dt, cols);
-      v.dst = row_major(512 * 1024, dt, cols);
-      std::mt19937 gen(7);
-      for (uint32_t r = 0; r < rows; ++r) {
-        for (uint32_t c = 0; c < cols; ++c) {
-          uint8_t* p = spad.at(v.src0, r, c);
-          if (dt == DType::kBool) {
-            *p = gen() & 1;
-          } else {
-            for (uint32_t b = 0; b < rt::element_size(dt); ++b) {
-              p[b] = static_cast<uint8_t>(gen());
+  for (auto [rows, cols] : {std::pair<uint32_t, uint32_t>{37, 45}, {64, 48}})
+    for (bool transposed : {true, false}) {
+      for (DType dt :
+           {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kInt8,
+            DType::kInt32, DType::kInt64, DType::kUInt8, DType::kBool}) {
+        SCOPED_TRACE(testing::Message() << static_cast<int>(dt)
+                                        << (transposed ? " transposed" : ""));
+        Spad spad;
+        rt::Vector v;
+        v.op = VecOp::kCopy;
+        v.rows = rows;
+        v.cols = cols;
+        v.src0 =
+            transposed ? column_major(0, dt, rows) : row_major(0, dt, cols);
+        v.dst = row_major(512 * 1024, dt, cols);
+        std::mt19937 gen(7);
+        for (uint32_t r = 0; r < rows; ++r) {
+          for (uint32_t c = 0; c < cols; ++c) {
+            uint8_t* p = spad.at(v.src0, r, c);
+            if (dt == DType::kBool) {
+              *p = gen() & 1;
+            } else {
+              for (uint32_t b = 0; b < rt::element_size(dt); ++b) {
+                p[b] = static_cast<uint8_t>(gen());
+              }
             }
           }
         }
-      }
-      run_vector(v, spad.span());
-      for (uint32_t r = 0; r < rows; ++r) {
-        for (uint32_t c = 0; c < cols; ++c) {
-          ASSERT_EQ(std::memcmp(spad.at(v.dst, r, c), spad.at(v.src0, r, c),
-                                rt::element_size(dt)),
-                    0)
-              << r << ", " << c;
+        run_vector(v, spad.span());
+        for (uint32_t r = 0; r < rows; ++r) {
+          for (uint32_t c = 0; c < cols; ++c) {
+            ASSERT_EQ(std::memcmp(spad.at(v.dst, r, c), spad.at(v.src0, r, c),
+                                  rt::element_size(dt)),
+                      0)
+                << r << ", " << c;
+          }
         }
       }
     }
-  }
 }
 
 TEST(VectorErrors, OutOfRangeOperandIsNamed) {
