@@ -12,7 +12,11 @@ concern:
   device memory and one forward pass per scheduler step;
 * ``attention``: paged attention over KV cache blocks in device memory,
   plugged into the Hugging Face model as a transformers attention function;
-* ``backend``: ``SpyreAttentionBackend``, what vLLM's attention selector gets;
+* ``backend``: ``SpyreAttentionBackend``, what vLLM's attention selector gets,
+  and ``SpyreAttentionImpl``, the paged attention behind vLLM's own
+  ``Attention`` layers (``model_impl="transformers"`` or ``"vllm"``);
+* ``layers``: vLLM's CustomOp layers (RMSNorm, SiluAndMul, rotary embedding,
+  ...) as spyre layers, through ``CustomOp.register_oot``;
 * ``sampler``: greedy and seeded random sampling on the host.
 
 This module stays light: vLLM calls ``register()`` while it resolves its

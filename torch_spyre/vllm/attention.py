@@ -301,8 +301,20 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     if query.shape[0] != 1:
         raise ValueError("spyre_paged attention expects the step's tokens packed in one "
                          f"sequence (batch 1), got batch {query.shape[0]}")
-    layer = module.layer_idx
-    key_cache, value_cache = batch.kv_caches[layer]
+    key_cache, value_cache = batch.kv_caches[module.layer_idx]
+    return attend_step(batch, key_cache, value_cache, query, key, value, scaling,
+                       sliding_window, softcap), None
+
+
+def attend_step(batch, key_cache, value_cache, query, key, value, scaling=None,
+                sliding_window=None, softcap=None):
+    """One layer's attention of the step ``batch`` over its KV cache
+    ``(key_cache, value_cache)``: writes the new keys and values into their
+    slots, then attends as the module's docstring says. ``query [1, q_heads,
+    tokens, head]``, ``key/value [1, kv_heads, tokens, head]``; returns ``[1,
+    tokens, q_heads, head]`` (contiguous). Serves both the transformers
+    attention function above and vLLM's attention layers
+    (``backend.SpyreAttentionImpl``)."""
     padding = query.shape[2] - batch.num_tokens
     if padding:  # tokens past the step's: neither stored nor attended
         query = query[:, :, :batch.num_tokens]
@@ -347,7 +359,7 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     out = outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
     if padding:
         out = F.pad(out, (0, 0, 0, 0, 0, padding))
-    return out.contiguous(), None
+    return out.contiguous()
 
 
 def attend_decode(query, key_cache, value_cache, group, mask, block_size, scaling,

@@ -18,6 +18,14 @@ of their prompt positions, as vLLM's GPU model runner does. What vLLM's schedule
 requests, how many tokens each: whole prompts, chunks of prompts, decode
 steps; which blocks, shared prefix blocks included) is followed as given,
 so chunked prefill and prefix caching work as the scheduler plans them.
+
+With ``model_impl="transformers"`` (vLLM's Transformers modeling backend) or
+``"vllm"`` (vLLM's own model class) the model is vLLM's instead, built from
+vLLM's layers (the spyre ones of ``layers.py``) and loaded by vLLM's model
+loader on the device; the same steps run it, inside vLLM's forward context
+whose attention metadata is the step, each of vLLM's ``Attention`` layers
+attending through ``backend.SpyreAttentionImpl`` over the KV cache bound to
+it.
 """
 
 import time
@@ -31,6 +39,9 @@ from . import attention, sampler
 
 # Under "vllm", where vLLM configures its log output.
 logger = init_logger("vllm.spyre." + __name__.rsplit(".", 1)[-1])
+
+# The model_impl values served by vLLM's own model classes.
+VLLM_MODEL_IMPLS = ("transformers", "vllm")
 
 
 @dataclass
@@ -91,6 +102,12 @@ class SpyreModelRunner:
         self.num_kv_heads = self.model_config.get_num_kv_heads(self.parallel_config)
         self.head_size = self.model_config.get_head_size()
         self.layer_names = [f"model.layers.{i}.self_attn" for i in range(self.num_layers)]
+        # model_impl "transformers" (vLLM's Transformers modeling backend) or
+        # "vllm" (vLLM's own model): vLLM builds and loads the model from its
+        # layers, its Attention layers attend through backend.SpyreAttentionImpl.
+        # "auto" (the default): the Hugging Face model with spyre_paged attention.
+        self.vllm_model = str(self.model_config.model_impl) in VLLM_MODEL_IMPLS
+        self.attn_layers = []
         self.model = None
         # The model compiled through the spyre backend (None: eager).
         self.compiled_forward = None
@@ -111,13 +128,20 @@ class SpyreModelRunner:
     # --- the model ------------------------------------------------------------
 
     def load_model(self):
+        if self.vllm_model:
+            return self._load_vllm_model()
         from transformers import AutoModelForCausalLM
+        from vllm.config import set_current_vllm_config
 
         attention.register()
         cfg = self.model_config
-        model = AutoModelForCausalLM.from_pretrained(
-            cfg.model, revision=cfg.revision, dtype=self.dtype,
-            trust_remote_code=cfg.trust_remote_code, attn_implementation=attention.NAME)
+        # Under the vLLM config: a Transformers model class that vLLM's
+        # Transformers modeling backend decorated for its compilation (when a
+        # model_impl="transformers" engine ran in this process) asks for it.
+        with set_current_vllm_config(self.vllm_config):
+            model = AutoModelForCausalLM.from_pretrained(
+                cfg.model, revision=cfg.revision, dtype=self.dtype,
+                trust_remote_code=cfg.trust_remote_code, attn_implementation=attention.NAME)
         self._check_supported(model.config)
         tp = self.parallel_config.tensor_parallel_size
         if tp > 1:
@@ -135,7 +159,64 @@ class SpyreModelRunner:
                     cfg.model, type(model).__name__, self.device, self.dtype,
                     torch.spyre.memory_allocated(self.device) / 2**20)
 
+    def _load_vllm_model(self):
+        """vLLM's model of the checkpoint (``model_impl``), built on the device
+        from vLLM's layers (the spyre ones where ``layers.py`` registers them)
+        and loaded by vLLM's model loader; its attention layers in layer order."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.layers.attention import Attention
+        from vllm.model_executor.model_loader import get_model
+        from vllm.model_executor.models.utils import extract_layer_index
+
+        cfg = self.model_config
+        if str(cfg.model_impl) == "transformers":
+            # Defines the backend's own RMSNorm subclasses (TPAwareRMSNorm):
+            # registered as spyre layers before the model is built.
+            import vllm.model_executor.models.transformers.fusers  # noqa: F401
+        from . import layers
+
+        layers.register()
+        with set_current_vllm_config(self.vllm_config):
+            model = get_model(vllm_config=self.vllm_config)
+        context = self.vllm_config.compilation_config.static_forward_context
+        found = {name: layer for name, layer in context.items()
+                 if isinstance(layer, Attention)}
+        if len(found) != self.num_layers:
+            raise NotImplementedError(
+                f"spyre: {len(found)} attention layers in vLLM's model, "
+                f"{self.num_layers} expected: only decoders of full or sliding-window "
+                "attention layers are supported")
+        self.layer_names = sorted(found, key=extract_layer_index)
+        self.attn_layers = [found[name] for name in self.layer_names]
+        self.model = model.eval()
+        if not cfg.enforce_eager:
+            self.compiled_forward = torch.compile(self._forward, backend="spyre",
+                                                  dynamic=False)
+            self.stats["compiled"] = True
+        logger.info("spyre: loaded %s through vLLM (model_impl=%r: %s) on %s in %s, "
+                    "%.1f MiB of device memory", cfg.model, cfg.model_impl,
+                    type(model).__name__, self.device, self.dtype,
+                    torch.spyre.memory_allocated(self.device) / 2**20)
+
+    def _vllm_step(self, batch):
+        """vLLM's forward context of a step: each attention layer gets the
+        step as its metadata (its KV cache is bound to it)."""
+        from vllm.forward_context import set_forward_context
+
+        metadata = dict.fromkeys(self.layer_names, batch)
+        return set_forward_context(metadata, self.vllm_config, num_tokens=batch.num_tokens,
+                                   slot_mapping={})
+
     def _forward(self, input_ids, position_ids, logits_to_keep):
+        """The logits of the tokens ``logits_to_keep`` says (transformers'
+        meaning: 0 all, n the last n, a tensor those rows)."""
+        if self.vllm_model:
+            hidden = self.model(input_ids=input_ids[0], positions=position_ids[0])
+            if isinstance(logits_to_keep, torch.Tensor):
+                hidden = hidden.index_select(0, logits_to_keep)
+            elif logits_to_keep:
+                hidden = hidden[-logits_to_keep:]
+            return self.model.compute_logits(hidden)
         return self.model(input_ids=input_ids, position_ids=position_ids,
                           logits_to_keep=logits_to_keep, use_cache=False).logits[0]
 
@@ -204,6 +285,10 @@ class SpyreModelRunner:
              torch.zeros(shape, dtype=self.dtype, device=self.device))
             for _ in range(self.num_layers)
         ]
+        # vLLM's attention layers read their KV cache off the layer
+        # (vllm.model_executor.layers.attention.attention.get_attention_context).
+        for layer, cache in zip(self.attn_layers, self.kv_caches):
+            layer.kv_cache = cache
         logger.info("spyre: KV cache of %d blocks of %d tokens, %d layers, on %s",
                     self.num_blocks, self.block_size, self.num_layers, self.device)
 
@@ -304,7 +389,7 @@ class SpyreModelRunner:
         started = time.perf_counter()
         input_ids, position_ids, logit_rows, batch, sampled_reqs, prompt_plan = \
             self._prepare(out)
-        with attention.step(batch):
+        with self._vllm_step(batch) if self.vllm_model else attention.step(batch):
             logits = self._logits(input_ids, position_ids, logit_rows)
         self.pending = PendingStep(req_ids=list(out.num_scheduled_tokens),
                                    logits=logits, sampled_reqs=sampled_reqs,

@@ -97,6 +97,33 @@ class SpyrePlatform(Platform):
     # --- the configuration ----------------------------------------------------
 
     @classmethod
+    def pre_register_and_update(cls, parser=None) -> None:
+        """Before the engine's configuration: vLLM's extension points get
+        the spyre pieces (``register_extensions``)."""
+        cls.register_extensions()
+
+    @staticmethod
+    def register_extensions() -> None:
+        """The spyre layers in place of vLLM's CustomOps (``layers.py``) and
+        the spyre attention backend in vLLM's registry of backends
+        (``backend.py``): once per process, from the engine's process
+        (``pre_register_and_update``) and each worker's (``init_device``)."""
+        from . import backend, layers
+
+        layers.register()
+        backend.register()
+
+    @classmethod
+    def apply_config_platform_defaults(cls, vllm_config) -> None:
+        """vLLM's CustomOps run their spyre forward (``forward_oot``) by
+        default: vLLM would turn them off (``custom_ops=["none"]``) for its
+        Inductor compilation, which never runs here (``check_and_update_config``
+        sets compilation mode NONE). ``custom_ops`` given by the user are kept."""
+        custom_ops = vllm_config.compilation_config.custom_ops
+        if "all" not in custom_ops and "none" not in custom_ops:
+            custom_ops.append("all")
+
+    @classmethod
     def check_and_update_config(cls, vllm_config) -> None:
         from vllm.config import CompilationMode
         from vllm.config.compilation import CUDAGraphMode

@@ -6,7 +6,7 @@ import torch
 from vllm.logger import init_logger
 from vllm.v1.worker.worker_base import CompilationTimes, WorkerBase
 
-from .model_runner import SpyreModelRunner
+from .model_runner import VLLM_MODEL_IMPLS, SpyreModelRunner
 
 # Under "vllm", where vLLM configures its log output.
 logger = init_logger("vllm.spyre." + __name__.rsplit(".", 1)[-1])
@@ -25,9 +25,15 @@ class SpyreWorker(WorkerBase):
                                "is False)")
         self.device = torch.device("spyre", self.local_rank)
         torch.spyre.set_device(self.device)
-        if self.parallel_config.world_size > 1:
+        # vLLM's extension points get the spyre pieces in this process too.
+        from .platform import SpyrePlatform
+
+        SpyrePlatform.register_extensions()
+        vllm_model = str(self.model_config.model_impl) in VLLM_MODEL_IMPLS
+        if self.parallel_config.world_size > 1 or vllm_model:
             # The ranks' process groups: gloo for host tensors, spyreccl for
-            # the all-reduces of the tensor-parallel layers.
+            # the all-reduces of the tensor-parallel layers. (vLLM's models
+            # ask for their tensor and pipeline parallel groups even alone.)
             from vllm.platforms import current_platform
             from vllm.v1.worker.gpu_worker import init_worker_distributed_environment
 
