@@ -115,6 +115,26 @@ TEST(SimLaunchDma, StridedThreeDimensionalRoundTrip) {
   EXPECT_EQ(stats.cycles, 2 * one_way);
 }
 
+// Runs back to back in device memory and the scratchpad move as one block
+// on the host; the bytes and the modelled time are those of the runs as
+// written: adjacent on both levels, on one level only, on one side only.
+TEST(SimLaunchDma, AdjacentRunsMoveTheBytesAndTimeOfTheirRuns) {
+  const rt::CostTable& t = kTimingTable;
+  // 3 x 4 runs of 256 bytes, all back to back: one block of 3 KiB.
+  rt::LaunchStats stats = round_trip(
+      xfer(0, 128, 512, 256, 4, 256, 256, 3, 1024, 1024),
+      xfer(1, 128, 512, 256, 4, 256, 256, 3, 1024, 1024), 4096, 4096);
+  const uint64_t one_way = (3 * 4 * 256) / t.dma_bytes_per_cycle +
+                           12 * t.dma_cycles_per_run + t.dma_latency_cycles;
+  EXPECT_EQ(stats.cycles, 2 * one_way);
+  // Adjacent within a row of runs, rows apart in device memory.
+  round_trip(xfer(0, 0, 0, 128, 4, 128, 128, 3, 1024, 512),
+             xfer(1, 0, 0, 128, 4, 128, 128, 3, 640, 512), 3 * 1024, 3 * 640);
+  // Adjacent in the scratchpad only, and in device memory only.
+  round_trip(xfer(0, 0, 0, 128, 6, 256, 128), xfer(1, 0, 0, 128, 6, 128, 384),
+             6 * 256, 6 * 128);
+}
+
 // Two cores store the two halves of the same 8 runs of 2 sticks, each under
 // a write mask that ends or starts mid-stick; the bytes neither mask covers
 // keep what the destination held. Stores are cost-neutral: same modelled
