@@ -449,12 +449,18 @@ def test_vllms_models_generate_the_greedy_tokens_of_transformers_on_the_cpu(
     # them; compiled through the spyre backend and eager, greedy tokens as
     # transformers on the CPU, no CPU fallback.
     path, prompts, shared, want, want_shared = tiny_llama
-    got = run_engine(fresh_python, path, impl, prompts, shared, hw_agnostic)
+    # The eager engine with chunked prefill and prefix caching once (the
+    # hardware-agnostic backend): the step logic is the same for every
+    # model_impl, and each engine costs ~20 s of the suite.
+    eager_too = hw_agnostic == "1"
+    got = run_engine(fresh_python, path, impl, prompts, shared if eager_too else [],
+                     hw_agnostic)
     assert got["batch"] == want  # compiled (the default)
     assert got["compiled"]["compiled"] and got["compiled"]["compiled_sizes"]
-    assert got["chunked"] == want_shared  # eager
-    assert not got["stats"]["compiled"]
-    assert got["stats"]["prefill_chunks"] > 0 and got["stats"]["prefix_cached_tokens"] >= 32
+    if eager_too:
+        assert got["chunked"] == want_shared
+        assert not got["stats"]["compiled"]
+        assert got["stats"]["prefill_chunks"] > 0 and got["stats"]["prefix_cached_tokens"] >= 32
     assert got["attention"] == ["SpyreAttentionImpl"] * 2
     assert got["kv_cache"] == ["spyre:0", "spyre:0"]
     prefix = "SpyreHwAgnostic" if hw_agnostic == "1" else "Spyre"
