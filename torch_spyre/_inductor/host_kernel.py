@@ -39,19 +39,9 @@ _BINARY = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "div": "/",
            "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
            "and_": "&", "or_": "|", "logical_and": "&", "logical_or": "|",
            "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
-_FUNCS = {"neg": "torch.neg", "abs": "torch.abs", "exp": "torch.exp", "log": "torch.log",
-          "sqrt": "torch.sqrt", "rsqrt": "torch.rsqrt", "reciprocal": "torch.reciprocal",
-          "tanh": "torch.tanh", "sigmoid": "torch.sigmoid", "relu": "torch.relu",
-          "erf": "torch.erf", "sin": "torch.sin", "cos": "torch.cos", "floor": "torch.floor",
-          "ceil": "torch.ceil", "exp2": "torch.exp2", "expm1": "torch.expm1",
-          "log1p": "torch.log1p", "logical_not": "torch.logical_not", "identity": "",
-          "maximum": "torch.maximum", "minimum": "torch.minimum", "pow": "torch.pow",
-          "where": "torch.where", "square": "torch.square", "log2": "torch.log2",
-          "atan": "torch.atan", "signbit": "torch.signbit", "trunc": "torch.trunc",
-          "round": "torch.round", "isnan": "torch.isnan", "isinf": "torch.isinf",
-          "bitwise_not": "torch.bitwise_not", "acos": "torch.acos", "erfinv": "torch.erfinv",
-          "remainder": "torch.remainder", "bitwise_left_shift": "torch.bitwise_left_shift",
-          "bitwise_right_shift": "torch.bitwise_right_shift",
+# Ops whose torch function has another name; any other op named as a torch
+# function is that function (see _Writer.value).
+_FUNCS = {"identity": "",
           # Inductor's integer division ops: Python's floor, C's remainder
           "floordiv": "torch.floor_divide", "mod": "torch.fmod",
           "int_truediv": "torch.true_divide"}

@@ -40,8 +40,10 @@ from . import attention, sampler
 # Under "vllm", where vLLM configures its log output.
 logger = init_logger("vllm.spyre." + __name__.rsplit(".", 1)[-1])
 
-# The model_impl values served by vLLM's own model classes.
-VLLM_MODEL_IMPLS = ("transformers", "vllm")
+def runs_vllms_model(model_config) -> bool:
+    """Whether ``model_impl`` asks for vLLM's own model classes
+    ("transformers": its Transformers modeling backend; "vllm")."""
+    return str(model_config.model_impl) in ("transformers", "vllm")
 
 
 @dataclass
@@ -106,7 +108,7 @@ class SpyreModelRunner:
         # "vllm" (vLLM's own model): vLLM builds and loads the model from its
         # layers, its Attention layers attend through backend.SpyreAttentionImpl.
         # "auto" (the default): the Hugging Face model with spyre_paged attention.
-        self.vllm_model = str(self.model_config.model_impl) in VLLM_MODEL_IMPLS
+        self.vllm_model = runs_vllms_model(self.model_config)
         self.attn_layers = []
         self.model = None
         # The model compiled through the spyre backend (None: eager).

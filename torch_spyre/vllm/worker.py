@@ -6,7 +6,7 @@ import torch
 from vllm.logger import init_logger
 from vllm.v1.worker.worker_base import CompilationTimes, WorkerBase
 
-from .model_runner import VLLM_MODEL_IMPLS, SpyreModelRunner
+from .model_runner import SpyreModelRunner, runs_vllms_model
 
 # Under "vllm", where vLLM configures its log output.
 logger = init_logger("vllm.spyre." + __name__.rsplit(".", 1)[-1])
@@ -29,7 +29,7 @@ class SpyreWorker(WorkerBase):
         from .platform import SpyrePlatform
 
         SpyrePlatform.register_extensions()
-        vllm_model = str(self.model_config.model_impl) in VLLM_MODEL_IMPLS
+        vllm_model = runs_vllms_model(self.model_config)
         if self.parallel_config.world_size > 1 or vllm_model:
             # The ranks' process groups: gloo for host tensors, spyreccl for
             # the all-reduces of the tensor-parallel layers. (vLLM's models
