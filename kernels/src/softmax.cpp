@@ -211,23 +211,25 @@ rt::Program build_softmax(const Matrix& in, const Matrix& out,
     b.work = core.reserve(tr * b.work_pitch, "fp32 work tile");
     b.max = core.reserve(tr * 4, "row maxima");
     b.sum = core.reserve(tr * 4, "row sums");
+    // Tile t's math runs while tile t + 1 loads: the core's DMA engine runs
+    // in program order, so the next load is issued before this tile's store.
+    // A resident input was cloned in whole above; its tiles store as they
+    // finish.
+    const auto load_tile = [&](uint64_t t, uint32_t at) {
+      const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(tr, nr - t));
+      core.load(in.tiles(0, r0 + t, n, 0, in.cols, at, b.in_pitch));
+    };
     int parity = 0;
+    if (!resident) load_tile(0, b.in[0]);
     for (uint64_t t = 0; t < nr; t += tr) {
       const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(tr, nr - t));
       const uint32_t at = resident
                               ? b.in[0] + static_cast<uint32_t>(t * b.in_pitch)
                               : b.in[parity];
-      if (!resident) {
-        core.load(in.tiles(0, r0 + t, n, 0, in.cols, at, b.in_pitch));
-      }
+      if (!resident && t + tr < nr) load_tile(t + tr, b.in[parity ^ 1]);
       emit_tile_math(core, b, at, in, out, n, o, c * stats_region);
-      if (!resident) {
-        core.store(out.tiles(1, r0 + t, n, 0, out.cols, at, b.in_pitch));
-      }
+      core.store(out.tiles(1, r0 + t, n, 0, out.cols, at, b.in_pitch));
       parity ^= 1;
-    }
-    if (resident) {
-      core.store(out.tiles(1, r0, nr, 0, out.cols, b.in[0], b.in_pitch));
     }
   }
   return std::move(builder).finish();
