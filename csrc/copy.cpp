@@ -428,9 +428,11 @@ void copy_on_device(const at::Tensor& src, const at::Tensor& dst,
                  keep = std::make_pair(src.storage(), dst.storage())]() {
       return device->copy_on_device(to_ptr, from_ptr, bytes);
     };
+    // Ordered on the stream like a kernel; the host does not wait (as a
+    // device-to-device copy_ on CUDA): whatever reads the result on the host
+    // waits for the stream then.
     rt::Stream& stream = stream_of(to.device);
     call_runtime([&] { stream.enqueue(counted_copy(bytes, std::move(work))); });
-    if (!non_blocking) wait_for(stream);
     return;
   }
   // Views, layouts and dtype conversions on one device: a device program,
