@@ -79,3 +79,75 @@ def test_eager_twins_of_division_pooling_and_solves():
         lambda p, q: torch.linalg.solve_triangular(p, q, upper=False, unitriangular=True) * 2,
         a, b)
     torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-5)
+
+
+def _compiled_code(fn, *args):
+    from torch._inductor.utils import run_and_get_code
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(force_disable_caches=True):
+        result, code = run_and_get_code(torch.compile(fn), *args)
+    return result, "\n".join(code)
+
+
+def _cache_and_update():
+    cache = torch.randn(1, 2, 16, 8)  # [batch, heads, positions, head dim]
+    values = torch.randn(1, 2, 2, 8)
+    positions = torch.tensor([3, 9])
+    return cache, positions, values
+
+
+def test_an_input_updated_at_indexed_places_is_written_in_place():
+    # a static KV cache: index_copy_ at the positions, then attention reads
+    # the updated cache; compiled, the cache is written where it is (no
+    # clone of it, no copy back) and the read sees the new rows
+    def step(cache, positions, values):
+        cache.index_copy_(2, positions, values)
+        return (cache * 2).sum(-1)
+
+    cache, positions, values = _cache_and_update()
+    expected_cache = cache.clone()
+    expected = step(expected_cache, positions, values)
+    on_spyre = [t.to("spyre") for t in (cache, positions, values)]
+    got, code = _compiled_code(step, *on_spyre)
+    assert "index_put__default" in code and "index_put_default" not in code
+    torch.testing.assert_close(got.cpu(), expected)
+    torch.testing.assert_close(on_spyre[0].cpu(), expected_cache)
+
+
+def test_an_input_read_after_its_indexed_update_keeps_the_functional_form():
+    # the input's old value is read after the update: written in place, that
+    # read would see the new rows, so the copy and the copy back stay
+    def step(cache, positions, values):
+        updated = cache.index_copy(2, positions, values)
+        before = cache + 1
+        cache.copy_(updated)
+        return before
+
+    cache, positions, values = _cache_and_update()
+    expected_cache = cache.clone()
+    expected = step(expected_cache, positions, values)
+    on_spyre = [t.to("spyre") for t in (cache, positions, values)]
+    got, code = _compiled_code(step, *on_spyre)
+    assert "index_put__default" not in code
+    torch.testing.assert_close(got.cpu(), expected)
+    torch.testing.assert_close(on_spyre[0].cpu(), expected_cache)
+
+
+def test_an_indexed_update_of_an_input_view_is_written_through_the_view():
+    # the cache a slice of a larger buffer (an offset view): only its rows
+    # change, the rest of the buffer survives
+    def step(cache, positions, values):
+        cache.index_copy_(2, positions, values)
+        return cache.amax(-1)
+
+    cache, positions, values = _cache_and_update()
+    whole = torch.randn(3, 2, 16, 8)
+    expected_whole = whole.clone()
+    expected_whole[1:2].copy_(cache)
+    expected = step(expected_whole[1:2], positions, values)
+    on_spyre_whole = whole.to("spyre")
+    on_spyre_whole[1:2].copy_(cache.to("spyre"))
+    got, _ = _compiled_code(step, on_spyre_whole[1:2], positions.to("spyre"),
+                            values.to("spyre"))
+    torch.testing.assert_close(got.cpu(), expected)
+    torch.testing.assert_close(on_spyre_whole.cpu(), expected_whole)

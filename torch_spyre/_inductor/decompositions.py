@@ -108,6 +108,15 @@ EAGER_OPS = {
 # (x // 2 is div.Tensor_mode(x, 2)): their Scalar overloads take them.
 SCALAR_OVERLOADS = {aten.div.Tensor_mode: aten.div.Scalar_mode}
 
+# Functional ops that write into a copy of their first argument, whose in-place
+# form the pass calls instead when the graph copies the result back into that
+# argument, a graph input (a static KV cache's index_copy_ at cache_position,
+# functionalised). Inductor's reinplacing would do this for aten's ops, but it
+# runs after this pass and does not know their spyre_eager:: twins; without
+# it each call first clones the whole cache, and a kernel copies it back.
+INPLACE_FORMS = {aten.index_put.default: aten.index_put_.default,
+                 aten.index_copy.default: aten.index_copy_.default}
+
 _lock = threading.Lock()
 _fallback_counts: dict[str, int] = {}
 _decomposition_counts: dict[str, int] = {}
@@ -143,16 +152,22 @@ def _eager_twin(op):
         if _eager_lib is None:
             _eager_lib = torch.library.Library("spyre_eager", "DEF")
         schema = op._schema
-        if any(a.alias_info is not None for a in schema.arguments) or any(
-                r.alias_info is not None for r in schema.returns):
+        in_place = op in INPLACE_FORMS.values()
+        if not in_place and (any(a.alias_info is not None for a in schema.arguments) or any(
+                r.alias_info is not None for r in schema.returns)):
             return None  # mutating or aliasing ops stay as they are
         name = f"{schema.name.split('::')[-1]}_{schema.overload_name or 'default'}"
         signature = str(schema)[len(schema.name) + (len(schema.overload_name) + 1
                                                     if schema.overload_name else 0):]
+        if in_place:
+            # the in-place form writes its first argument and returns
+            # nothing (an extern kernel may not return an alias of an input)
+            signature = signature[:signature.rindex(" -> ")] + " -> ()"
         _eager_lib.define(name + signature)
 
         def run(*args, **kwargs):
-            return op(*args, **kwargs)
+            result = op(*args, **kwargs)
+            return None if in_place else result
         _eager_lib.impl(name, run, "CompositeExplicitAutograd")
         twin = getattr(getattr(torch.ops.spyre_eager, name), "default")
         _eager_ops[op] = twin
@@ -162,7 +177,7 @@ def _eager_twin(op):
 def define_eager_twins() -> None:
     """Defines every spyre_eager:: op up front: a compiled module loaded from
     Inductor's cache calls them without this process having run the pass."""
-    for op in EAGER_OPS:
+    for op in [*EAGER_OPS, *INPLACE_FORMS.values()]:
         _eager_twin(op)
 
 
@@ -173,6 +188,31 @@ def _on_spyre(node) -> bool:
             if isinstance(t, torch.Tensor) and t.device.type == "spyre":
                 return True
     return False
+
+
+def _written_back_in_place(gm: torch.fx.GraphModule, node) -> bool:
+    """`node` (an INPLACE_FORMS op) as its in-place twin, when its result is
+    copied back into its first argument, a graph input, and nothing reads
+    that input's old value after it: readers of the result read the input,
+    and the copy back goes."""
+    target = node.args[0] if node.args else None
+    if not isinstance(target, torch.fx.Node) or target.op != "placeholder":
+        return False
+    copies = [u for u in node.users if u.target is aten.copy_.default
+              and u.args[0] is target and u.args[1] is node and not u.users]
+    if len(copies) != 1:
+        return False
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    if any(order[u] > order[node] for u in target.users if u not in (node, copies[0])):
+        return False
+    twin = _eager_twin(INPLACE_FORMS[node.target])
+    with gm.graph.inserting_before(node):
+        write = gm.graph.call_function(twin, node.args, node.kwargs)
+    write.meta["val"] = None
+    gm.graph.erase_node(copies[0])
+    node.replace_all_uses_with(target)
+    gm.graph.erase_node(node)
+    return True
 
 
 def _decompose(gm: torch.fx.GraphModule, node) -> bool:
@@ -237,6 +277,9 @@ def apply_spyre_rewrites(gm: torch.fx.GraphModule) -> None:
             if _decompose(gm, node):
                 _count(_decomposition_counts, target)
                 changed = True
+        elif node.target in INPLACE_FORMS and _written_back_in_place(gm, node):
+            _count(_fallback_counts, str(node.target))
+            changed = True
         elif node.target in EAGER_OPS:
             if (node.target in SCALAR_OVERLOADS and len(node.args) > 1
                     and not isinstance(node.args[1], torch.fx.Node)):
