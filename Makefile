@@ -25,7 +25,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DSPYRE_WERROR=ON
 SETUP_STAMP := $(BUILD_DIR)/.setup-done
 CXX_SOURCES = $(shell git ls-files '*.cpp' '*.h' 2>/dev/null)
 
-.PHONY: all setup build python run test test-cpp test-python test-relay relay-opmap soak bench sweep asan tsan \
+.PHONY: all setup build python run test test-cpp test-python test-python-after-relay test-relay relay-opmap soak bench sweep asan tsan \
         fuzz fuzz-corpus format format-check clean
 
 all: build
@@ -51,10 +51,16 @@ run: python
 test-cpp: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
+# --durations: the slowest tests in every log, to keep `make test` short.
+PYTEST = $(PYTHON) -m pytest -q --durations=25 test/python
 test-python: python
-	@if [ -d test/python ] && ls test/python/test_*.py >/dev/null 2>&1; then \
-	  $(PYTHON) -m pytest -q test/python; \
-	else echo "no Python tests yet"; fi
+	$(PYTEST)
+
+# `make test` runs the relay first; the pytest run then checks the relay's
+# reports (test_relay_opinfo.py) on that full run instead of running the
+# OpInfo forward tests a second time.
+test-python-after-relay: test-relay
+	SPYRE_RELAY_REPORTS=test-results $(PYTEST)
 
 # The upstream test relay with the project's config (docs/relay.md); its JSON
 # summary and JUnit XML are the CI artefacts in test-results/.
@@ -73,7 +79,7 @@ soak: python
 	SPYRE_SOAK_SECONDS=$(SOAK_SECONDS) $(PYTHON) -m pytest -q -s \
 	  test/python/test_robustness.py -k soak
 
-test: format-check test-cpp test-python test-relay asan tsan fuzz
+test: format-check test-cpp test-relay test-python-after-relay asan tsan fuzz
 
 # Sanitizer builds run the C++ tests only (the Python extension would need a
 # sanitized interpreter). Each keeps its own build directory.
