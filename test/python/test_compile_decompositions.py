@@ -1,6 +1,7 @@
 """The spyre decomposition registry and the eager routing of ops the device
 lowering cannot handle, both applied to spyre nodes only."""
 
+import pytest
 import torch
 
 from compile_util import compile_and_compare
@@ -114,22 +115,49 @@ def test_an_input_updated_at_indexed_places_is_written_in_place():
     torch.testing.assert_close(on_spyre[0].cpu(), expected_cache)
 
 
-def test_an_input_read_after_its_indexed_update_keeps_the_functional_form():
-    # the input's old value is read after the update: written in place, that
-    # read would see the new rows, so the copy and the copy back stay
-    def step(cache, positions, values):
-        updated = cache.index_copy(2, positions, values)
-        before = cache + 1
-        cache.copy_(updated)
-        return before
+def _old_value_read_after(cache, positions, values):
+    updated = cache.index_copy(2, positions, values)
+    before = cache + 1
+    cache.copy_(updated)
+    return before
 
+
+def _view_read_after(cache, positions, values):
+    head = cache[:, 0]  # a view made before the update, read after it
+    total = head.sum()
+    updated = cache.index_copy(2, positions, values)
+    doubled = head * 2
+    cache.copy_(updated)
+    return total, doubled
+
+
+def _values_from_the_input(cache, positions, values):
+    updated = cache.index_copy(2, positions, cache[:, :, 4:6])
+    cache.copy_(updated)
+    return cache.sum(-1)
+
+
+def _result_returned(cache, positions, values):
+    updated = cache.index_copy(2, positions, values)
+    cache.copy_(updated)
+    return updated
+
+
+@pytest.mark.parametrize("step", [_old_value_read_after, _view_read_after,
+                                  _values_from_the_input, _result_returned])
+def test_an_indexed_update_keeps_the_functional_form_where_in_place_would_differ(step):
+    # written in place, the old value (read through the input or a view of
+    # it) would show the new rows, the values written would overlap what is
+    # written, or the returned tensor would be the input itself
     cache, positions, values = _cache_and_update()
     expected_cache = cache.clone()
     expected = step(expected_cache, positions, values)
     on_spyre = [t.to("spyre") for t in (cache, positions, values)]
     got, code = _compiled_code(step, *on_spyre)
     assert "index_put__default" not in code
-    torch.testing.assert_close(got.cpu(), expected)
+    on_spyre[0].add_(1)  # a returned tensor must not be the input
+    expected_cache.add_(1)
+    torch.testing.assert_close(torch.utils._pytree.tree_map(lambda t: t.cpu(), got), expected)
     torch.testing.assert_close(on_spyre[0].cpu(), expected_cache)
 
 

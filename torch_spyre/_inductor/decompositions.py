@@ -193,18 +193,29 @@ def _on_spyre(node) -> bool:
 def _written_back_in_place(gm: torch.fx.GraphModule, node) -> bool:
     """`node` (an INPLACE_FORMS op) as its in-place twin, when its result is
     copied back into its first argument, a graph input, and nothing reads
-    that input's old value after it: readers of the result read the input,
-    and the copy back goes."""
+    that input's old value after it (the input itself or a view of it):
+    readers of the result read the input, and the copy back goes. Not when
+    the values written share the input's memory (the in-place op would read
+    what it writes), nor when the result is returned (the function would
+    return the input itself where eager returns a new tensor)."""
+    from torch._inductor.fx_utils import get_node_storage
     target = node.args[0] if node.args else None
     if not isinstance(target, torch.fx.Node) or target.op != "placeholder":
         return False
+    storage = get_node_storage(target)
     copies = [u for u in node.users if u.target is aten.copy_.default
               and u.args[0] is target and u.args[1] is node and not u.users]
-    if len(copies) != 1:
+    if storage is None or len(copies) != 1 or any(u.op == "output" for u in node.users):
+        return False
+    operands = torch.fx.node.map_arg((node.args[1:], node.kwargs), lambda n: n)
+    written = [n for n in torch.utils._pytree.tree_leaves(operands)
+               if isinstance(n, torch.fx.Node)]
+    if any(get_node_storage(n) == storage for n in written):
         return False
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    if any(order[u] > order[node] for u in target.users if u not in (node, copies[0])):
-        return False
+    for alias in (n for n in gm.graph.nodes if get_node_storage(n) == storage):
+        if any(order[u] > order[node] for u in alias.users if u not in (node, copies[0])):
+            return False
     twin = _eager_twin(INPLACE_FORMS[node.target])
     with gm.graph.inserting_before(node):
         write = gm.graph.call_function(twin, node.args, node.kwargs)
