@@ -1,6 +1,7 @@
 #include "allocator.h"
 
 #include <ATen/core/CachingHostAllocator.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/util/Exception.h>
 
 #include <array>
@@ -97,13 +98,24 @@ class SpyreDeviceAllocator final : public c10::DeviceAllocator {
                                 make_default_layout({&size, 1}, 1));
   }
 
+  // A copy-on-write materialisation (Allocator::clone): ordered on the
+  // current stream of the device holding `src`, after the kernels that may
+  // still write it, and finished before it returns (callers use `dest` at
+  // once).
   void copy_data(void* dest, const void* src,
                  std::size_t count) const override {
-    const c10::DeviceIndex index = current_device();
+    const c10::DeviceIndex index = at::detail::getPrivateUse1Hooks()
+                                       .getDeviceFromPtr(const_cast<void*>(src))
+                                       .index();
+    rt::Device* device = &runtime_device(index);
+    rt::Stream& stream = runtime_stream(current_stream(index));
+    const auto to = reinterpret_cast<rt::DevicePtr>(dest);
+    const auto from = reinterpret_cast<rt::DevicePtr>(src);
     call_runtime([&] {
-      runtime_device(index).copy_on_device(
-          reinterpret_cast<rt::DevicePtr>(dest),
-          reinterpret_cast<rt::DevicePtr>(src), count);
+      stream.enqueue([device, to, from, count] {
+        return device->copy_on_device(to, from, count);
+      });
+      stream.synchronize();
     });
   }
 

@@ -142,3 +142,15 @@ def test_record_stream_keeps_memory_alive():
     del x
     side.synchronize()
     assert y.shape == (1000,)
+
+
+def test_a_storage_clone_is_ordered_after_the_kernel_writing_its_source():
+    # a device-to-device copy does not wait on the host: behind a busy
+    # stream, the kernel writing the source has not run yet when the clone
+    # is queued, and the clone must still hold its result
+    keep_busy(torch.spyre.current_stream())
+    x = torch.arange(4096, dtype=torch.float32, device="spyre")
+    doubled = x * 2
+    copy = doubled.untyped_storage().clone()
+    got = torch.empty(0, device="spyre").set_(copy, 0, (4096,), (1,))
+    torch.testing.assert_close(got.cpu(), torch.arange(4096.) * 2)
