@@ -25,7 +25,7 @@ CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release -DSPYRE_WERROR=ON
 SETUP_STAMP := $(BUILD_DIR)/.setup-done
 CXX_SOURCES = $(shell git ls-files '*.cpp' '*.h' 2>/dev/null)
 
-.PHONY: all setup build python run test test-cpp test-python test-python-after-relay test-relay relay-opmap soak bench sweep asan tsan \
+.PHONY: all setup build python run test test-cpp test-python test-python-after-relay test-relay tsan-build tsan-tests relay-opmap soak bench sweep asan tsan \
         fuzz fuzz-corpus format format-check clean
 
 all: build
@@ -79,7 +79,18 @@ soak: python
 	SPYRE_SOAK_SECONDS=$(SOAK_SECONDS) $(PYTHON) -m pytest -q -s \
 	  test/python/test_robustness.py -k soak
 
-test: format-check test-cpp test-relay test-python-after-relay asan tsan fuzz
+# The relay and pytest keep about one of the two cores busy (subprocesses
+# starting, servers, the emulator thread), and TSan's C++ tests need about
+# 13 minutes of one core: `make test` runs them side by side, TSan's ctest on
+# one job, its log printed after the Python tests. Same tests, same checks.
+test: format-check test-cpp asan tsan-build fuzz
+	@$(MAKE) --no-print-directory tsan-tests TSAN_JOBS=1 > build-tsan/tests.log 2>&1 & \
+	tsan=$$!; \
+	$(MAKE) --no-print-directory test-python-after-relay; python=$$?; \
+	wait $$tsan; tsan_status=$$?; \
+	echo "== TSan C++ tests (run beside the Python tests): build-tsan/tests.log"; \
+	cat build-tsan/tests.log; \
+	test $$python -eq 0 && test $$tsan_status -eq 0
 
 # Sanitizer builds run the C++ tests only (the Python extension would need a
 # sanitized interpreter). Each keeps its own build directory.
@@ -90,12 +101,18 @@ asan: setup
 	ASAN_OPTIONS=detect_leaks=1 SPYRE_SIM_MEMORY_GB=16 SPYRE_SIM_INLINE_CYCLES=0 \
 	  ctest --test-dir build-asan --output-on-failure -j $(JOBS)
 
-tsan: setup
+tsan: tsan-build
+	$(MAKE) --no-print-directory tsan-tests
+
+tsan-build: setup
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DSPYRE_WERROR=ON -DSPYRE_BUILD_BENCHMARKS=OFF -DSPYRE_SANITIZE=thread
 	cmake --build build-tsan -j $(JOBS)
+
+TSAN_JOBS ?= $(JOBS)
+tsan-tests:
 	TSAN_OPTIONS=halt_on_error=1 SPYRE_SIM_MEMORY_GB=16 SPYRE_SIM_INLINE_CYCLES=0 \
-	  ctest --test-dir build-tsan --output-on-failure -j $(JOBS)
+	  ctest --test-dir build-tsan --output-on-failure -j $(TSAN_JOBS)
 
 # Coverage-guided fuzzing (clang's libFuzzer, with ASan+UBSan). Each target
 # starts from its kept corpus (read only) and writes what it finds to a

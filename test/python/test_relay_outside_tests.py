@@ -87,23 +87,40 @@ def test_a_death_outside_any_test_is_exit_3_and_the_tests_still_run(tmp_path):
 
 WATCHDOG_CASES = {
     # (fixture file, its first test, limit, the failed test's message)
-    "timeout_flag": ("test_hangs.py", "test_a_hangs", {"extra_args": ["--test-timeout", "2"]},
-                     "timed out after 2 s"),
-    "timeout_config": ("test_hangs.py", "test_a_hangs",
-                       {"global_text": "  global:\n    timeouts: {test_seconds: 2}\n"},
-                       "timed out after 2 s"),
-    "memory_flag": ("test_grows.py", "test_a_grows",
-                    {"extra_args": ["--memory-limit-mb", "2000"]},
-                    "exceeded the memory guard of 2000 MB (resident "),
-    "memory_config": ("test_grows.py", "test_a_grows",
-                      {"global_text": "  global:\n    memory_limit_mb: 2000\n"},
-                      "exceeded the memory guard of 2000 MB (resident "),
+    "timeout": ("test_hangs.py", "test_a_hangs", {"extra_args": ["--test-timeout", "2"]},
+                "timed out after 2 s"),
+    "memory": ("test_grows.py", "test_a_grows",
+               {"extra_args": ["--memory-limit-mb", "2000"]},
+               "exceeded the memory guard of 2000 MB (resident "),
 }
+
+
+def test_the_configs_limits_reach_the_test_process_as_the_flags_do(tmp_path):
+    # global.timeouts and global.memory_limit_mb become the same options of
+    # the test process as --test-timeout, --file-timeout and
+    # --memory-limit-mb (the tests below run the limits end to end by flag);
+    # a flag wins over the config
+    from torch_spyre.testing.__main__ import _limit_args, _parser
+    from torch_spyre.testing.config import parse_config
+    by_config = parse_config(_config(["test_hangs.py"], (
+        "  global:\n    timeouts: {test_seconds: 2, file_seconds: 3}\n"
+        "    memory_limit_mb: 2000\n")))
+    plain = parse_config(_config(["test_hangs.py"]))
+    config_path = str(tmp_path / "relay.yaml")
+    no_flags = _parser().parse_args(["run", "--config", config_path])
+    flags = _parser().parse_args(["run", "--config", config_path, "--test-timeout", "2",
+                                  "--file-timeout", "3", "--memory-limit-mb", "2000"])
+    assert _limit_args(no_flags, by_config) == _limit_args(flags, plain) == [
+        "--relay-test-timeout=2.0", "--relay-file-timeout=3.0",
+        "--relay-memory-limit-mb=2000.0"]
+    overridden = _parser().parse_args(["run", "--config", config_path, "--test-timeout", "5"])
+    assert _limit_args(overridden, by_config)[0] == "--relay-test-timeout=5.0"
 
 
 @pytest.mark.parametrize("case", WATCHDOG_CASES)
 def test_a_test_past_a_watchdog_limit_fails_with_the_reason_and_the_rest_run(tmp_path, case):
-    # The per-test timeout and the memory guard, each by flag and by config key.
+    # The per-test timeout and the memory guard (by flag; the config keys
+    # reach the test process as the same options, tested above).
     name, stopped, limit, message = WATCHDOG_CASES[case]
     result, summary, junit = _run_relay(tmp_path, name, **limit)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -145,18 +162,13 @@ def test_a_malformed_disabled_tests_file_is_a_usage_error(tmp_path):
     assert "expected upstream's form" in result.stderr
 
 
-FILE_LIMITS = {"flag": {"extra_args": ["--file-timeout", "2"]},
-               "config": {"global_text": "  global:\n    timeouts: {file_seconds: 2}\n"}}
-
-
-@pytest.mark.parametrize("how", FILE_LIMITS)
-def test_a_file_past_its_time_limit_fails_there_and_its_later_tests_are_not_run(tmp_path, how):
+def test_a_file_past_its_time_limit_fails_there_and_its_later_tests_are_not_run(tmp_path):
     # Tests of 1.5 s under a per-file limit of 2 s: the second passes the
     # limit and fails with the reason (in a restarted process, the time
     # spent before counts), the later ones are skipped as not run, and the
     # other file runs.
     result, summary, junit = _run_relay(tmp_path, "test_slow_file.py", "test_passes.py",
-                                        **FILE_LIMITS[how])
+                                        extra_args=["--file-timeout", "2"])
     assert result.returncode == 1, result.stdout + result.stderr
     assert _outcomes(summary) == {("test_slow_file.py", "test_a_sleeps"): "passed",
                                   ("test_slow_file.py", "test_b_sleeps"): "failed",
