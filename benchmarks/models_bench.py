@@ -111,8 +111,12 @@ def llama_cases(runs):
 
         # Eager: the default dynamic cache (each call appends one token, as a
         # generation loop does). Compiled: a static cache, as transformers
-        # recommends for torch.compile (one shape, no recompiles); each call
-        # rewrites the same position.
+        # recommends for torch.compile (one shape, no recompiles); it counts
+        # the tokens written itself, so each call takes the next position:
+        # sized for every call made here (a prompt, the compile, the warm-up
+        # and timed runs of side_by_side, device_us), in whole 64s.
+        calls = 1 + 1 + 2 + 3 * runs + 1
+        cache_len = -(-(ids.shape[1] + calls) // 64) * 64
         cpu_step = decode_step(cpu, ids, DynamicCache())
         dev_step = decode_step(dev, dev_ids, DynamicCache())
         cpu_s, spyre_s = side_by_side(cpu_step, dev_step, runs)
@@ -122,7 +126,7 @@ def llama_cases(runs):
                             device_us=per_token))
         compiled = torch.compile(dev)
         comp_step = decode_step(compiled, dev_ids,
-                                StaticCache(config=dev.config, max_cache_len=64))
+                                StaticCache(config=dev.config, max_cache_len=cache_len))
         start = time.perf_counter()
         comp_step()
         torch.spyre.synchronize()
