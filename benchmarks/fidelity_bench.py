@@ -95,16 +95,21 @@ import torch
 import torch_spyre  # noqa: F401
 from torch_spyre import _C
 
-CORES = 32
+CORES = torch.spyre.get_device_properties(0).num_cores  # the emulated chip's
 F16 = 2  # bytes per element
 STICK = 64  # fp16 elements per stick
 DRAM = 150.0  # GB/s, IBM's fitted read-only peak (= bytes/ns)
 TURNAROUND = 0.00574  # ns per byte of min(read, written)
 
 
+def memory_ns(read, write):
+    """IBM's fitted device-memory time of `read` and `write` bytes in one
+    kernel: the read-only peak plus the read/write turnaround."""
+    return (read + write) / DRAM + TURNAROUND * min(read, write)
+
+
 def pointwise_reference(rows, cols):
-    read, write = 2 * rows * cols * F16, rows * cols * F16
-    t = (read + write) / DRAM + TURNAROUND * min(read, write)
+    t = memory_ns(2 * rows * cols * F16, rows * cols * F16)
     fill = min(1.0, (max(rows / CORES, 1e-9) / 16) ** 0.35)
     return t / fill
 
@@ -114,7 +119,7 @@ def broadcast_reference(rows, cols):
 
 
 def reduction_reference(rows, cols):
-    rate = min(150.0, 114 + 61 * math.exp(-rows / 3700))
+    rate = min(DRAM, 114 + 61 * math.exp(-rows / 3700))
     return rows * cols * F16 / rate
 
 
@@ -127,8 +132,7 @@ def restickify_reference(rows, cols):
 
 def softmax_reference(rows, cols):
     # One fused kernel: the input read once, the result written once.
-    read = write = rows * cols * F16
-    return (read + write) / DRAM + TURNAROUND * min(read, write)
+    return memory_ns(rows * cols * F16, rows * cols * F16)
 
 
 def transport_rate(a, b, d, floor, planes, rows):
