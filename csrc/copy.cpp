@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "allocator.h"
@@ -358,11 +359,34 @@ void copy_from_host(const at::Tensor& src, const at::Tensor& dst,
   write_view(src, dst, non_blocking);
 }
 
-bool same_device_raw_copy(const at::Tensor& src, const at::Tensor& dst) {
-  return src.device() == dst.device() &&
-         src.scalar_type() == dst.scalar_type() && covers_storage(src) &&
-         covers_storage(dst) &&
-         tensor_layout(src).same_placement(tensor_layout(dst));
+// At most this many byte copies stand for a device copy program; each run
+// a whole stick or more (copying single elements is a program's work).
+constexpr size_t kMaxByteCopies = 64;
+constexpr uint64_t kMinByteCopyBytes = 128;
+
+// A same-dtype copy on one device as plain device-to-device byte copies,
+// when it needs no conversion: the whole buffer between tensors of one
+// placement, or a few runs between views that are boxes of their storages
+// (a narrow of a KV cache, a cat's slice), with no program built for each
+// new shape. nullopt when it needs a device program.
+std::optional<std::vector<kernels::PairedRun>> byte_copies(
+    const at::Tensor& src, const at::Tensor& dst) {
+  if (src.device() != dst.device() || src.scalar_type() != dst.scalar_type()) {
+    return std::nullopt;
+  }
+  if (covers_storage(src) && covers_storage(dst) &&
+      tensor_layout(src).same_placement(tensor_layout(dst))) {
+    const uint64_t bytes = tensor_layout(dst).device_bytes();
+    return std::vector<kernels::PairedRun>{{0, 0, bytes}};
+  }
+  auto runs = kernels::paired_box_runs(
+      tensor_layout(src), {src.sizes(), src.strides(), image_offset(src)},
+      tensor_layout(dst), {dst.sizes(), dst.strides(), image_offset(dst)},
+      kMaxByteCopies);
+  if (runs && runs->size() > 1 && runs->front().bytes < kMinByteCopyBytes) {
+    return std::nullopt;
+  }
+  return runs;
 }
 
 // Across cards: the source's whole image goes over the card-to-card link
@@ -419,14 +443,21 @@ bool copy_across_cards(const at::Tensor& src, const at::Tensor& dst,
 void copy_on_device(const at::Tensor& src, const at::Tensor& dst,
                     bool non_blocking) {
   if (dst.numel() == 0) return;
-  if (same_device_raw_copy(src, dst)) {
+  if (auto runs = byte_copies(src, dst)) {
     const Allocation& from = allocation_of(src.storage());
     const Allocation& to = allocation_of(dst.storage());
     rt::Device* device = &runtime_device(to.device);
-    const uint64_t bytes = to.layout->device_bytes();
-    auto work = [device, from_ptr = from.ptr, to_ptr = to.ptr, bytes,
+    uint64_t bytes = 0;
+    for (const kernels::PairedRun& run : *runs) bytes += run.bytes;
+    auto work = [device, from_ptr = from.ptr, to_ptr = to.ptr,
+                 runs = std::move(*runs),
                  keep = std::make_pair(src.storage(), dst.storage())]() {
-      return device->copy_on_device(to_ptr, from_ptr, bytes);
+      double ns = 0;
+      for (const kernels::PairedRun& run : runs) {
+        ns += device->copy_on_device(to_ptr + run.dst_offset,
+                                     from_ptr + run.src_offset, run.bytes);
+      }
+      return ns;
     };
     // Ordered on the stream like a kernel; the host does not wait (as a
     // device-to-device copy_ on CUDA): whatever reads the result on the host

@@ -2,6 +2,8 @@
 // the emulator's Device::copy_runs_to_device / copy_runs_to_host. A view
 // written through its runs must give the device buffer that packing the
 // whole image with the view written would give, and touch no other byte.
+// And kernels::paired_box_runs, a view-to-view copy as byte copies: applied
+// to the device buffers, it must give the buffer of the copied image.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -135,6 +137,134 @@ TEST(ViewRuns, TheEmulatorWritesOnlyTheRunsAndChecksTheirSpan) {
   device->copy_to_host(back.data(), ptr, back.size());
   EXPECT_EQ(back, expected);
   device->free(ptr);
+}
+
+// A view of a layout, for a copy between two of them.
+struct Side {
+  DeviceLayout layout;
+  View view;
+};
+
+// Copies `from` into `to` by their paired runs and checks the result
+// against packing dst's image with the view's elements copied: every byte,
+// padding included. Returns the number of runs.
+size_t copy_by_paired_runs(const Side& from, const Side& to) {
+  const size_t es = from.layout.element_size;
+  std::vector<uint8_t> src_image(from.layout.host_bytes());
+  std::iota(src_image.begin(), src_image.end(), uint8_t{1});
+  std::vector<uint8_t> dst_image(to.layout.host_bytes());
+  std::iota(dst_image.begin(), dst_image.end(), uint8_t{101});
+  std::vector<uint8_t> src(from.layout.device_bytes());
+  std::vector<uint8_t> dst(to.layout.device_bytes());
+  kernels::pack(from.layout, src_image.data(), src.data());
+  kernels::pack(to.layout, dst_image.data(), dst.data());
+
+  const auto src_elements = elements_of(from.view);
+  const auto dst_elements = elements_of(to.view);
+  EXPECT_EQ(src_elements.size(), dst_elements.size());
+  for (size_t i = 0; i < dst_elements.size(); ++i) {
+    std::copy_n(src_image.begin() + src_elements[i] * es, es,
+                dst_image.begin() + dst_elements[i] * es);
+  }
+  std::vector<uint8_t> expected(dst.size());
+  kernels::pack(to.layout, dst_image.data(), expected.data());
+
+  const auto runs = kernels::paired_box_runs(
+      from.layout, {from.view.sizes, from.view.strides, from.view.offset},
+      to.layout, {to.view.sizes, to.view.strides, to.view.offset}, 64);
+  EXPECT_TRUE(runs.has_value());
+  if (!runs) return 0;
+  for (const kernels::PairedRun& run : *runs) {
+    EXPECT_LE(run.src_offset + run.bytes, src.size());
+    EXPECT_LE(run.dst_offset + run.bytes, dst.size());
+    std::copy_n(src.begin() + run.src_offset, run.bytes,
+                dst.begin() + run.dst_offset);
+  }
+  EXPECT_EQ(dst, expected);
+  return runs->size();
+}
+
+// Strides of a contiguous tensor of `sizes`.
+std::vector<int64_t> contiguous(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t s = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    strides[d] = s;
+    s *= sizes[d];
+  }
+  return strides;
+}
+
+Side whole(const std::vector<int64_t>& sizes, uint32_t element_size) {
+  return {kernels::make_default_layout(sizes, element_size),
+          {sizes, contiguous(sizes), 0}};
+}
+
+// `sizes` narrowed along `dim` to [start, start + length).
+Side narrow(const std::vector<int64_t>& sizes, uint32_t element_size,
+            size_t dim, int64_t start, int64_t length) {
+  Side side = whole(sizes, element_size);
+  side.view.offset = start * side.view.strides[dim];
+  side.view.sizes[dim] = length;
+  return side;
+}
+
+TEST(PairedBoxRuns, ACatIntoAKvCacheIsOneRunPerSlice) {
+  // torch.cat([cache, new], dim=-2) of a [1, 2, L, 64] cache: the sequence
+  // is the outermost device dim, so each slice is one run.
+  const int64_t L = 33;
+  EXPECT_EQ(copy_by_paired_runs(whole({1, 2, L, 64}, 4),
+                                narrow({1, 2, L + 1, 64}, 4, 2, 0, L)),
+            1u);
+  EXPECT_EQ(copy_by_paired_runs(whole({1, 2, 1, 64}, 4),
+                                narrow({1, 2, L + 1, 64}, 4, 2, L, 1)),
+            1u);
+  // A batch of 2: the heads lead on the device, a run per head.
+  EXPECT_EQ(copy_by_paired_runs(whole({2, 3, L, 64}, 4),
+                                narrow({2, 3, L + 1, 64}, 4, 2, 1, L)),
+            3u);
+}
+
+TEST(PairedBoxRuns, PaddedSticksCroppedSourcesAndCutsAcrossSticks) {
+  // fp16 rows of 50 (sticks of 64, padded): the padding moves along.
+  copy_by_paired_runs(whole({2, 40, 50}, 2), narrow({2, 47, 50}, 2, 1, 7, 40));
+  // A cropped cache (a narrow of a larger one) into a whole tensor.
+  copy_by_paired_runs(narrow({1, 2, 90, 64}, 4, 2, 0, 40),
+                      whole({1, 2, 40, 64}, 4));
+  // Along dim 0, which the default layout puts beside the sticks: a run
+  // of the rows kept per stick column.
+  EXPECT_EQ(
+      copy_by_paired_runs(narrow({4, 8, 64}, 4, 0, 1, 2), whole({2, 8, 64}, 4)),
+      16u);
+  // One row of a matrix (a fixed coordinate on a tiled dim).
+  copy_by_paired_runs(narrow({8, 1000}, 4, 0, 3, 1), whole({1, 1000}, 4));
+}
+
+TEST(PairedBoxRuns, NoRunsForWhatNeedsAProgram) {
+  const auto runs = [](const Side& from, const Side& to, size_t max_runs) {
+    return kernels::paired_box_runs(
+        from.layout, {from.view.sizes, from.view.strides, from.view.offset},
+        to.layout, {to.view.sizes, to.view.strides, to.view.offset}, max_runs);
+  };
+  // Part of the sticks of a row (a cut inside a tiled dim).
+  EXPECT_FALSE(runs(narrow({4, 100}, 4, 1, 3, 50), whole({4, 50}, 4), 64));
+  // A transposed view.
+  Side transposed = whole({8, 64}, 4);
+  transposed.view = {{64, 8}, {1, 64}, 0};
+  EXPECT_FALSE(runs(transposed, whole({64, 8}, 4), 64));
+  // A broadcast.
+  Side broadcast = whole({1, 64}, 4);
+  broadcast.view = {{8, 64}, {0, 1}, 0};
+  EXPECT_FALSE(runs(broadcast, whole({8, 64}, 4), 64));
+  // Other dtypes, other shapes, or too many runs.
+  EXPECT_FALSE(runs(whole({8, 64}, 4), whole({8, 64}, 2), 64));
+  EXPECT_FALSE(runs(whole({8, 64}, 4), whole({64, 8}, 4), 64));
+  EXPECT_FALSE(runs(narrow({4, 8, 64}, 4, 0, 1, 2), whole({2, 8, 64}, 4), 8));
+  // Sticks along another dim on one side only: the walks differ.
+  const std::vector<int64_t> cube = {3, 4, 70};
+  const Side other{kernels::make_default_layout(cube, 2, 0),
+                   {cube, contiguous(cube), 0}};
+  EXPECT_FALSE(runs(whole(cube, 2), other, 64));
 }
 
 }  // namespace

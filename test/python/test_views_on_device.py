@@ -279,3 +279,53 @@ def test_a_transpose_of_merged_dims_is_one_relayout(dtype):
     got = x.to("spyre").view(16, 64).t().contiguous()
     assert torch.equal(got.cpu(), x.view(16, 64).t().contiguous())
     no_host_copies()
+
+
+KV_CASES = {
+    # [batch, kv heads, sequence, head dim]: one prompt, a batch of two, a
+    # head dim that pads its sticks, integers (a cache of token ids).
+    "one prompt": ((1, 2, 33, 64), torch.float32),
+    "batch of two": ((2, 3, 17, 64), torch.float16),
+    "padded sticks": ((1, 4, 9, 50), torch.bfloat16),
+    "int64": ((2, 2, 5, 16), torch.int64),
+}
+
+
+@pytest.mark.parametrize("case", KV_CASES, ids=str)
+def test_cache_appends_and_crops_are_byte_copies(case):
+    # A DynamicCache's cat along the sequence, a crop of it and a narrow
+    # written back: copies between boxes of storages, which need no program
+    # per sequence length (no launch, no program built), exact as on the CPU.
+    shape, dtype = KV_CASES[case]
+    full = torch.arange(torch.Size(shape).numel() * 2).reshape(
+        shape[0], shape[1], 2 * shape[2], shape[3]).to(dtype)
+    new = (-torch.arange(shape[0] * shape[1] * shape[3])).reshape(
+        shape[0], shape[1], 1, shape[3]).to(dtype)
+    cache, token = full.to("spyre"), new.to("spyre")
+    torch.spyre.reset_op_stats()
+    cropped = cache[:, :, 3:3 + shape[2]]  # a view at an offset
+    grown = torch.cat([cropped, token], dim=-2)
+    assert torch.equal(grown.cpu(), torch.cat([full[:, :, 3:3 + shape[2]], new], dim=-2))
+    # Into a narrow of the same storage, away from the source.
+    cache[:, :, -shape[2]:].copy_(cache[:, :, :shape[2]])
+    full[:, :, -shape[2]:].copy_(full[:, :, :shape[2]].clone())
+    assert torch.equal(cache.cpu(), full)
+    # out=, from the crop as the copy above left it.
+    out = torch.zeros(shape[0], shape[1], shape[2] + 1, shape[3], dtype=dtype).to("spyre")
+    torch.cat([cropped, token], dim=-2, out=out)
+    assert torch.equal(out.cpu(), torch.cat([full[:, :, 3:3 + shape[2]], new], dim=-2))
+    stats = torch.spyre.op_stats()
+    assert stats["launches"] == 0 and stats["program_misses"] == 0
+    no_host_copies()
+
+
+def test_cuts_inside_sticks_still_copy_exactly():
+    # Not boxes of whole sticks (part of each row, a transpose, every other
+    # row): a device program, with the same results as the CPU.
+    a = rand((6, 100), torch.float32)
+    x = a.to("spyre")
+    assert torch.equal(torch.cat([x[:, 3:53], x[:, :7]], dim=1).cpu(),
+                       torch.cat([a[:, 3:53], a[:, :7]], dim=1))
+    assert torch.equal(torch.cat([x.t(), x.t()], dim=0).cpu(), torch.cat([a.t(), a.t()]))
+    assert torch.equal(torch.cat([x[::2], x[1::2]]).cpu(), torch.cat([a[::2], a[1::2]]))
+    no_host_copies()

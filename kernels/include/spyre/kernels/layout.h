@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -86,5 +87,38 @@ std::vector<rt::Device::CopyRun> view_runs(const DeviceLayout& layout,
                                            std::span<const int64_t> sizes,
                                            std::span<const int64_t> strides,
                                            int64_t offset);
+
+// A view of a storage's host image: `sizes` and `strides` from element
+// `offset` (as view_runs takes them).
+struct ViewGeometry {
+  std::span<const int64_t> sizes;
+  std::span<const int64_t> strides;
+  int64_t offset = 0;
+};
+
+// One piece of a device-to-device copy: `bytes` from byte `src_offset` of
+// the source buffer to byte `dst_offset` of the destination buffer.
+struct PairedRun {
+  uint64_t src_offset = 0;
+  uint64_t dst_offset = 0;
+  uint64_t bytes = 0;
+  bool operator==(const PairedRun&) const = default;
+};
+
+// Copying view `from` (over layout `src`) into view `to` (over layout
+// `dst`), two views of one shape and element size, as plain byte copies
+// between the device buffers: possible when each view is a box of its host
+// image (a narrow along dims, no transposes or broadcasts) that its layout
+// places as a box of device dims, and both boxes walk the view's dims in
+// the same device order with the same tiling. A cat's slice of a KV cache
+// along the sequence, or a narrow of it, is one run per outer row. Padding
+// inside the boxes moves along (zeros onto zeros). nullopt when the views
+// are not such boxes or would need more than `max_runs` runs: the copy then
+// needs a device program.
+std::optional<std::vector<PairedRun>> paired_box_runs(const DeviceLayout& src,
+                                                      ViewGeometry from,
+                                                      const DeviceLayout& dst,
+                                                      ViewGeometry to,
+                                                      size_t max_runs);
 
 }  // namespace spyre::kernels
