@@ -179,3 +179,41 @@ def test_an_indexed_update_of_an_input_view_is_written_through_the_view():
                             values.to("spyre"))
     torch.testing.assert_close(got.cpu(), expected)
     torch.testing.assert_close(on_spyre_whole.cpu(), expected_whole)
+
+
+def _repeat_kv(x, rep):
+    # transformers' repeat_kv, as grouped-query models call it before sdpa
+    b, heads, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, heads, rep, s, d).reshape(b, heads * rep, s, d)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+def test_attention_over_repeated_heads_reads_the_unrepeated_ones(dtype):
+    # A decode step over a static cache: 8 query heads, 2 key/value heads,
+    # a boolean mask of the cache's filled places. The repeated keys and
+    # values are never written: one program for the mask, none for repeats.
+    q = torch.randn(2, 8, 1, 64, dtype=dtype)
+    k = torch.randn(2, 2, 48, 64, dtype=dtype)
+    v = torch.randn(2, 2, 48, 64, dtype=dtype)
+    mask = torch.arange(48).view(1, 1, 1, 48) < torch.tensor([30, 48]).view(2, 1, 1, 1)
+
+    def attend(q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, _repeat_kv(k, 4), _repeat_kv(v, 4), attn_mask=mask, scale=0.125)
+    with torch._inductor.config.patch(force_disable_caches=True):
+        compile_and_compare(attend, q, k, v, mask, expect_kernels=1,
+                            tol=dict(atol=2e-3, rtol=2e-3))
+
+
+def test_heads_repeated_otherwise_stay_repeated():
+    # Heads repeated as a whole block (not repeat_kv's interleave): query
+    # head h reads key head h % 2, which grouping would not give.
+    q, k, v = torch.randn(1, 4, 3, 32), torch.randn(1, 2, 16, 32), torch.randn(1, 2, 16, 32)
+
+    def blocks(x):
+        return x.unsqueeze(1).expand(1, 2, 2, 16, 32).reshape(1, 4, 16, 32)
+
+    def attend(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, blocks(k), blocks(v))
+    with torch._inductor.config.patch(force_disable_caches=True):
+        compile_and_compare(attend, q, k, v, tol=dict(atol=1e-4, rtol=1e-4))

@@ -273,6 +273,62 @@ def _normalise_by_reciprocal(gm: torch.fx.GraphModule) -> bool:
     return changed
 
 
+_VIEWS = (aten.reshape.default, aten.view.default, aten._unsafe_view.default)
+
+
+def _repeated_heads_source(node):
+    """`x` when `node` is transformers' repeat_kv(x, rep) of a [B, Hk, S, D]
+    x, as a post-grad graph holds it: reshape(clone(expand(unsqueeze(x, 2),
+    [B, Hk, rep, S, D])), [B, Hk * rep, S, D]); else None."""
+    if not (isinstance(node, torch.fx.Node) and node.target in _VIEWS):
+        return None
+    clone = node.args[0]
+    if not (isinstance(clone, torch.fx.Node) and clone.target is aten.clone.default):
+        return None
+    expand = clone.args[0]
+    if not (isinstance(expand, torch.fx.Node) and expand.target is aten.expand.default):
+        return None
+    unsqueeze = expand.args[0]
+    if not (isinstance(unsqueeze, torch.fx.Node)
+            and unsqueeze.target is aten.unsqueeze.default and unsqueeze.args[1] == 2):
+        return None
+    source = unsqueeze.args[0]
+    x, out = source.meta.get("val"), node.meta.get("val")
+    if not (isinstance(x, torch.Tensor) and isinstance(out, torch.Tensor) and x.dim() == 4):
+        return None
+    b, heads, s, d = x.shape
+    rep = out.shape[1] // heads if heads else 0
+    if (rep < 1 or list(expand.args[1]) != [b, heads, rep, s, d]
+            or list(out.shape) != [b, heads * rep, s, d]):
+        return None
+    return source
+
+
+def _attend_to_grouped_heads(gm: torch.fx.GraphModule) -> bool:
+    """Attention over key/value heads repeated to the query's (repeat_kv
+    before scaled_dot_product_attention, grouped-query models) reads the
+    unrepeated heads: spyre's attention program groups query head h with
+    key/value head h // rep, which is the head repeat_kv puts there. The
+    same values, without writing the repeated keys and values to device
+    memory on every call."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if (node.target is not aten._scaled_dot_product_fused_attention_overrideable.default
+                or not _on_spyre(node)):
+            continue
+        key, value = node.args[1], node.args[2]
+        key_source, value_source = _repeated_heads_source(key), _repeated_heads_source(value)
+        if key_source is None or value_source is None:
+            continue
+        if key_source.meta["val"].shape[1] != value_source.meta["val"].shape[1]:
+            continue
+        node.args = (node.args[0], key_source, value_source, *node.args[3:])
+        changed = True
+    if changed:
+        gm.graph.eliminate_dead_code()
+    return changed
+
+
 def apply_spyre_rewrites(gm: torch.fx.GraphModule) -> None:
     # the adapters' graph forms first (torch_spyre/adapters: exact rewrites
     # of stock models' code, e.g. RoPE's rotate_half without a cat)
@@ -280,6 +336,7 @@ def apply_spyre_rewrites(gm: torch.fx.GraphModule) -> None:
     from . import config
     changed = config.adapters and apply_graph_adapters(gm)
     changed = _normalise_by_reciprocal(gm) or changed
+    changed = _attend_to_grouped_heads(gm) or changed
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not _on_spyre(node):
             continue
