@@ -9,9 +9,10 @@ Cases (issue targets in brackets):
 - a tiny seeded Llama forward over a 32-token prompt [<= 2x CPU], one
   decode step with its KV cache [<= 2x CPU], and the compiled decode step
   [host <= CPU eager];
-plus the modelled device time per token of the decode step. Medians of
-several runs, the devices taking turns block by block. Prints a table and
-writes models_bench.json (to --out).
+plus the modelled device time per token of the decode step. The devices
+take turns block by block; times are medians of all runs, ratios medians of
+each round's ratio (see side_by_side). Prints a table and writes
+models_bench.json (to --out).
 """
 
 import argparse
@@ -34,22 +35,31 @@ def timed(fn, on_spyre):
     return time.perf_counter() - start
 
 
-def side_by_side(cpu_fn, spyre_fn, runs, rounds=3):
-    """Median host seconds of each over `rounds` rounds of `runs` runs of
-    one device, then of the other, after a warm-up (programs built, caches
-    filled). Blocks rather than run-by-run turns: CPU PyTorch's OpenMP
-    threads keep spinning for a while after each parallel region (libgomp's
-    default wait policy), so a spyre run right after a CPU run shares the
-    host's cores with them, and a CPU run after a pause wakes them up cold;
-    within a block each device runs as it would alone."""
+ROUNDS = 5
+
+
+def side_by_side(cpu_fn, spyre_fn, runs, rounds=ROUNDS):
+    """Host seconds of each (medians over all runs) and their ratio: the
+    median over `rounds` rounds of one round's ratio of medians, each round
+    `runs` runs of one device, then of the other, after a warm-up (programs
+    built, caches filled). A shared host's load drifts from second to
+    second; a ratio taken within one round sees both devices under the same
+    load. Blocks rather than run-by-run turns: CPU PyTorch's OpenMP threads
+    keep spinning for a while after each parallel region (libgomp's default
+    wait policy), so a spyre run right after a CPU run shares the host's
+    cores with them, and a CPU run after a pause wakes them up cold; within
+    a block each device runs as it would alone."""
     for _ in range(2):
         timed(cpu_fn, False)
         timed(spyre_fn, True)
-    cpu, spyre = [], []
+    cpu, spyre, ratios = [], [], []
     for _ in range(rounds):
-        cpu += [timed(cpu_fn, False) for _ in range(runs)]
-        spyre += [timed(spyre_fn, True) for _ in range(runs)]
-    return statistics.median(cpu), statistics.median(spyre)
+        cpu_round = [timed(cpu_fn, False) for _ in range(runs)]
+        spyre_round = [timed(spyre_fn, True) for _ in range(runs)]
+        ratios.append(statistics.median(spyre_round) / statistics.median(cpu_round))
+        cpu += cpu_round
+        spyre += spyre_round
+    return statistics.median(cpu), statistics.median(spyre), statistics.median(ratios)
 
 
 def device_us(fn):
@@ -72,11 +82,11 @@ def minilm_case(runs):
     dev = AutoModel.from_pretrained(path).eval().to("spyre")
     dev_batch = {k: v.to("spyre") for k, v in batch.items()}
     with torch.no_grad():
-        cpu_s, spyre_s = side_by_side(lambda: cpu(**batch),
-                                      lambda: dev(**dev_batch), runs)
+        cpu_s, spyre_s, ratio = side_by_side(lambda: cpu(**batch),
+                                             lambda: dev(**dev_batch), runs)
         modelled = device_us(lambda: dev(**dev_batch))
     return dict(case="MiniLM-L6 forward, batch 16", cpu_ms=cpu_s * 1e3,
-                spyre_ms=spyre_s * 1e3, ratio=spyre_s / cpu_s, target=1.5,
+                spyre_ms=spyre_s * 1e3, ratio=ratio, target=1.5,
                 device_us=modelled)
 
 
@@ -97,9 +107,9 @@ def llama_cases(runs):
     dev_ids = ids.to("spyre")
     results = []
     with torch.no_grad():
-        cpu_s, spyre_s = side_by_side(lambda: cpu(ids), lambda: dev(dev_ids), runs)
+        cpu_s, spyre_s, ratio = side_by_side(lambda: cpu(ids), lambda: dev(dev_ids), runs)
         results.append(dict(case="tiny Llama forward, 32 tokens", cpu_ms=cpu_s * 1e3,
-                            spyre_ms=spyre_s * 1e3, ratio=spyre_s / cpu_s, target=2.0,
+                            spyre_ms=spyre_s * 1e3, ratio=ratio, target=2.0,
                             device_us=device_us(lambda: dev(dev_ids))))
 
         def decode_step(model, prompt, cache):
@@ -115,14 +125,14 @@ def llama_cases(runs):
         # the tokens written itself, so each call takes the next position:
         # sized for every call made here (a prompt, the compile, the warm-up
         # and timed runs of side_by_side, device_us), in whole 64s.
-        calls = 1 + 1 + 2 + 3 * runs + 1
+        calls = 1 + 1 + 2 + ROUNDS * runs + 1
         cache_len = -(-(ids.shape[1] + calls) // 64) * 64
         cpu_step = decode_step(cpu, ids, DynamicCache())
         dev_step = decode_step(dev, dev_ids, DynamicCache())
-        cpu_s, spyre_s = side_by_side(cpu_step, dev_step, runs)
+        cpu_s, spyre_s, ratio = side_by_side(cpu_step, dev_step, runs)
         per_token = device_us(dev_step)
         results.append(dict(case="tiny Llama decode step", cpu_ms=cpu_s * 1e3,
-                            spyre_ms=spyre_s * 1e3, ratio=spyre_s / cpu_s, target=2.0,
+                            spyre_ms=spyre_s * 1e3, ratio=ratio, target=2.0,
                             device_us=per_token))
         compiled = torch.compile(dev)
         comp_step = decode_step(compiled, dev_ids,
@@ -131,9 +141,9 @@ def llama_cases(runs):
         comp_step()
         torch.spyre.synchronize()
         compile_s = time.perf_counter() - start
-        cpu_s, spyre_s = side_by_side(cpu_step, comp_step, runs)
+        cpu_s, spyre_s, ratio = side_by_side(cpu_step, comp_step, runs)
         results.append(dict(case="tiny Llama decode step, compiled", cpu_ms=cpu_s * 1e3,
-                            spyre_ms=spyre_s * 1e3, ratio=spyre_s / cpu_s, target=1.0,
+                            spyre_ms=spyre_s * 1e3, ratio=ratio, target=1.0,
                             device_us=device_us(comp_step), compile_s=compile_s))
     return results
 
@@ -141,7 +151,7 @@ def llama_cases(runs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", default="bench-results")
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     import torch_spyre  # noqa: F401
     # CPU PyTorch on one thread: its intra-op threads spin-wait, and on this

@@ -78,7 +78,11 @@ class SimDevice : public rt::Device {
   // 2-core VMs: elementwise launches up to 1M elements gain nothing from a
   // second thread (memory-bound), a 256^3 matmul (33k) gains a third, a
   // 128^3 one (11k) loses, as every launch under ~4k does (the futex wake of
-  // the helper costs more than the launch). SPYRE_SIM_INLINE_CYCLES=0 puts
+  // the helper costs more than the launch). Those measures had the host
+  // thread waiting: a larger launch takes the second thread only while the
+  // host has a core to spare (rt::host_core_to_spare(): a compiled decode
+  // step queues its launches on one core while the other runs them, and a
+  // helper there slowed the step by a third). SPYRE_SIM_INLINE_CYCLES=0 puts
   // every multi-core launch on two threads (the sanitizer runs do, so their
   // thread checks see every program).
   static constexpr uint64_t kDefaultInlineCycles = 16384;

@@ -46,10 +46,25 @@ constexpr auto kIdlePollTime = std::chrono::microseconds(50);
 // the device (eager launches take microseconds to queue), shallow enough
 // that what queued work holds alive stays bounded.
 
+// Host threads asleep in wait_idle_until, and whether this thread is a
+// queue's worker (host_core_to_spare, device.h).
+std::atomic<int> blocked_waiters{0};
+thread_local bool on_worker = false;
+
+struct BlockedWaiter {
+  BlockedWaiter() { blocked_waiters.fetch_add(1, std::memory_order_relaxed); }
+  ~BlockedWaiter() { blocked_waiters.fetch_sub(1, std::memory_order_relaxed); }
+  BlockedWaiter(const BlockedWaiter&) = delete;
+  BlockedWaiter& operator=(const BlockedWaiter&) = delete;
+};
+
 class ThreadQueue final : public Queue {
  public:
   explicit ThreadQueue(std::string name) : name_(std::move(name)) {
-    worker_ = std::thread([this] { run(); });
+    worker_ = std::thread([this] {
+      on_worker = true;
+      run();
+    });
     // Linux limits thread names to 15 characters; the name only helps
     // debuggers and profilers, so a failure is harmless.
     pthread_setname_np(worker_.native_handle(), name_.substr(0, 15).c_str());
@@ -150,6 +165,7 @@ class ThreadQueue final : public Queue {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       auto is_idle = [this] { return unfinished_ == 0; };
+      const BlockedWaiter blocked;
       if (!deadline) {
         became_idle_.wait(lock, is_idle);
       } else if (!became_idle_.wait_until(lock, *deadline, is_idle)) {
@@ -218,6 +234,10 @@ class ThreadQueue final : public Queue {
 };
 
 }  // namespace
+
+bool host_core_to_spare() {
+  return !on_worker || blocked_waiters.load(std::memory_order_relaxed) > 0;
+}
 
 std::unique_ptr<Queue> make_thread_queue(std::string name) {
   return std::make_unique<ThreadQueue>(std::move(name));

@@ -113,8 +113,11 @@ class Launch {
   }
 
   void run(uint64_t inline_cycles) {
+    // Two host threads for a large launch, while the host has a core to
+    // spare (inline_cycles 0: always, as the sanitizer runs ask).
     const bool helped = exe_.cores.size() > 1 &&
                         exe_.host_work >= inline_cycles &&
+                        (inline_cycles == 0 || rt::host_core_to_spare()) &&
                         HelperThread::get().try_start([this] { work(); });
     work();
     if (helped) HelperThread::get().wait();

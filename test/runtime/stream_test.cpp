@@ -56,6 +56,38 @@ TEST(ThreadQueue, KeepsEachSubmittersOrderUnderManyThreads) {
   for (auto [t, i] : ran) EXPECT_EQ(i, next[t]++) << "thread " << t;
 }
 
+// A launch may take a second host thread off a queue's worker, and on one
+// only while a host thread sleeps in wait_idle(): while the host queues more
+// work, the two would compete for its cores.
+TEST(ThreadQueue, TheHostHasACoreToSpareOnlyWhileItWaits) {
+  EXPECT_TRUE(host_core_to_spare());
+  auto queue = make_thread_queue("test");
+  std::latch checked(1);
+  std::atomic<bool> release{false};
+  bool while_host_busy = true, while_host_waits = false;
+  queue->submit([&] {
+    while_host_busy = host_core_to_spare();
+    checked.count_down();
+    while (!release) std::this_thread::yield();
+    return 0.0;
+  });
+  queue->submit([&] {
+    // The host's wait_idle() polls a while before it sleeps.
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!host_core_to_spare() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    while_host_waits = host_core_to_spare();
+    return 0.0;
+  });
+  checked.wait();
+  release = true;
+  queue->wait_idle();
+  EXPECT_FALSE(while_host_busy);
+  EXPECT_TRUE(while_host_waits);
+  EXPECT_TRUE(host_core_to_spare());
+}
+
 // Backpressure: a host thread that queues faster than the work runs waits
 // once kMaxQueuedWork items are pending, and goes on when they ran.
 TEST(ThreadQueue, SubmitWaitsWhileTheQueueIsFull) {

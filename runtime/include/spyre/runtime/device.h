@@ -57,6 +57,14 @@ class Executable {
   virtual ~Executable() = default;
 };
 
+// Whether a launch may spread over a second host thread without slowing
+// the host: true off a queue's worker thread (the caller runs the launch
+// itself and waits for it) and while some host thread sleeps in a queue's
+// wait_idle(); false on a worker while the host threads are busy (queuing
+// the next launches), which a second emulation thread would compete with
+// for the host's cores.
+bool host_core_to_spare();
+
 // Work run by a queue. Returns the modelled device time it took, in ns.
 using Work = std::function<double()>;
 
