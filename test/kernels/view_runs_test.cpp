@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <numeric>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -145,10 +147,14 @@ struct Side {
   View view;
 };
 
-// Copies `from` into `to` by their paired runs and checks the result
-// against packing dst's image with the view's elements copied: every byte,
-// padding included. Returns the number of runs.
-size_t copy_by_paired_runs(const Side& from, const Side& to) {
+// Copies `from` into `to` by their paired runs, if they have any, and
+// checks the result against packing dst's image with the view's elements
+// copied: every byte, padding included. The number of runs, or nullopt.
+std::optional<size_t> paired_copy(const Side& from, const Side& to) {
+  const auto runs = kernels::paired_box_runs(
+      from.layout, {from.view.sizes, from.view.strides, from.view.offset},
+      to.layout, {to.view.sizes, to.view.strides, to.view.offset}, 64);
+  if (!runs) return std::nullopt;
   const size_t es = from.layout.element_size;
   std::vector<uint8_t> src_image(from.layout.host_bytes());
   std::iota(src_image.begin(), src_image.end(), uint8_t{1});
@@ -168,20 +174,24 @@ size_t copy_by_paired_runs(const Side& from, const Side& to) {
   }
   std::vector<uint8_t> expected(dst.size());
   kernels::pack(to.layout, dst_image.data(), expected.data());
-
-  const auto runs = kernels::paired_box_runs(
-      from.layout, {from.view.sizes, from.view.strides, from.view.offset},
-      to.layout, {to.view.sizes, to.view.strides, to.view.offset}, 64);
-  EXPECT_TRUE(runs.has_value());
-  if (!runs) return 0;
   for (const kernels::PairedRun& run : *runs) {
     EXPECT_LE(run.src_offset + run.bytes, src.size());
     EXPECT_LE(run.dst_offset + run.bytes, dst.size());
+    if (run.src_offset + run.bytes > src.size() ||
+        run.dst_offset + run.bytes > dst.size()) {
+      return runs->size();
+    }
     std::copy_n(src.begin() + run.src_offset, run.bytes,
                 dst.begin() + run.dst_offset);
   }
   EXPECT_EQ(dst, expected);
   return runs->size();
+}
+
+size_t copy_by_paired_runs(const Side& from, const Side& to) {
+  const std::optional<size_t> runs = paired_copy(from, to);
+  EXPECT_TRUE(runs.has_value());
+  return runs.value_or(0);
 }
 
 // Strides of a contiguous tensor of `sizes`.
@@ -240,6 +250,30 @@ TEST(PairedBoxRuns, PaddedSticksCroppedSourcesAndCutsAcrossSticks) {
   copy_by_paired_runs(narrow({8, 1000}, 4, 0, 3, 1), whole({1, 1000}, 4));
 }
 
+TEST(PairedBoxRuns, ViewsThatSplitADimWalkItsDigits) {
+  // A decode step's value heads, split off the projection's [1, 1, 128]
+  // result as a [1, 2, 1, 64] view, into a cache's slot 45 of 46: the heads
+  // lead on one side and not on the other, a stick per run.
+  const std::vector<int64_t> projection = {1, 1, 128};
+  const Side heads{kernels::make_default_layout(projection, 4),
+                   {{1, 2, 1, 64}, {128, 64, 128, 1}, 0}};
+  EXPECT_EQ(copy_by_paired_runs(heads, narrow({1, 2, 46, 64}, 4, 2, 45, 1)),
+            4u);
+  // fp16 heads of 128 (two sticks each) of a [3, 512] projection, all rows.
+  const std::vector<int64_t> rows = {3, 512};
+  const Side split{kernels::make_default_layout(rows, 2),
+                   {{3, 4, 128}, {512, 128, 1}, 0}};
+  const std::vector<int64_t> cache = {3, 4, 9, 128};
+  Side slot = narrow(cache, 2, 2, 5, 1);
+  slot.view.sizes = {3, 4, 128};
+  slot.view.strides = {4 * 9 * 128, 9 * 128, 1};
+  copy_by_paired_runs(split, slot);
+  // Every other row (a step of 2 along a dim of the device's rows).
+  Side every_other = whole({8, 64}, 4);
+  every_other.view = {{4, 64}, {128, 1}, 0};
+  copy_by_paired_runs(every_other, whole({4, 64}, 4));
+}
+
 TEST(PairedBoxRuns, NoRunsForWhatNeedsAProgram) {
   const auto runs = [](const Side& from, const Side& to, size_t max_runs) {
     return kernels::paired_box_runs(
@@ -265,6 +299,63 @@ TEST(PairedBoxRuns, NoRunsForWhatNeedsAProgram) {
   const Side other{kernels::make_default_layout(cube, 2, 0),
                    {cube, contiguous(cube), 0}};
   EXPECT_FALSE(runs(whole(cube, 2), other, 64));
+}
+
+// Random boxes and splits of random storages, copied into random slices of
+// other storages: whenever paired runs are given, they copy exactly.
+TEST(PairedBoxRuns, RandomViewsCopyExactlyWhenTheyPair) {
+  std::mt19937 rng(7);
+  const auto pick = [&rng](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const int64_t lasts[] = {16, 32, 50, 64, 100, 128};
+  int paired = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const uint32_t es = pick(0, 1) ? 4 : 2;
+    const auto rank = static_cast<size_t>(pick(1, 4));
+    // The view's shape, then a storage holding it (a box at a random
+    // corner) on each side.
+    std::vector<int64_t> shape(rank);
+    for (size_t d = 0; d + 1 < rank; ++d) shape[d] = pick(1, 4);
+    shape[rank - 1] = lasts[pick(0, 5)];
+    const auto side = [&](bool may_split) {
+      std::vector<int64_t> storage = shape;
+      std::vector<int64_t> corner(rank, 0);
+      for (size_t d = 0; d < rank; ++d) {
+        if (pick(0, 2) == 0) {
+          storage[d] += pick(1, 3);
+          corner[d] = pick(0, storage[d] - shape[d]);
+        }
+      }
+      Side s = whole(storage, es);
+      int64_t offset = 0;
+      for (size_t d = 0; d < rank; ++d) offset += corner[d] * s.view.strides[d];
+      s.view = {shape, s.view.strides, offset};
+      // The storage's last dim seen as (heads, head) of a view of rank+1:
+      // the view keeps the shape, the storage merges its last two dims.
+      if (may_split && rank >= 2 && corner[rank - 1] == 0 &&
+          storage[rank - 1] == shape[rank - 1] && pick(0, 1)) {
+        std::vector<int64_t> merged(storage.begin(), storage.end() - 1);
+        merged.back() *= shape[rank - 1];
+        if (corner[rank - 2] == 0 && storage[rank - 2] == shape[rank - 2]) {
+          const Side m = whole(merged, es);
+          std::vector<int64_t> strides = m.view.strides;
+          strides.push_back(1);
+          strides[rank - 2] = shape[rank - 1];
+          int64_t moffset = 0;
+          for (size_t d = 0; d + 2 < rank; ++d) {
+            moffset += corner[d] * m.view.strides[d];
+          }
+          s = {m.layout, {shape, strides, moffset}};
+        }
+      }
+      return s;
+    };
+    const Side from = side(true), to = side(true);
+    SCOPED_TRACE(from.layout.to_string() + " -> " + to.layout.to_string());
+    if (paired_copy(from, to)) ++paired;
+  }
+  EXPECT_GT(paired, 300);
 }
 
 }  // namespace

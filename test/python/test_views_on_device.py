@@ -316,6 +316,16 @@ def test_cache_appends_and_crops_are_byte_copies(case):
     assert torch.equal(out.cpu(), torch.cat([full[:, :, 3:3 + shape[2]], new], dim=-2))
     stats = torch.spyre.op_stats()
     assert stats["launches"] == 0 and stats["program_misses"] == 0
+    # The new token's heads split off a projection's result (a view that
+    # splits the hidden dim), into the cache's next slot: byte copies when
+    # each head is whole sticks, a program otherwise.
+    hidden = torch.arange(shape[0] * shape[1] * shape[3]).reshape(shape[0], 1, -1).to(dtype)
+    heads = hidden.view(shape[0], 1, shape[1], shape[3]).transpose(1, 2)
+    dev_heads = hidden.to("spyre").view(shape[0], 1, shape[1], shape[3]).transpose(1, 2)
+    appended = torch.cat([cropped, dev_heads], dim=-2)
+    assert torch.equal(appended.cpu(), torch.cat([full[:, :, 3:3 + shape[2]], heads], dim=-2))
+    whole_sticks = shape[3] * full.element_size() % 128 == 0
+    assert (torch.spyre.op_stats()["launches"] == 0) == whole_sticks
     no_host_copies()
 
 

@@ -108,13 +108,15 @@ struct PairedRun {
 // Copying view `from` (over layout `src`) into view `to` (over layout
 // `dst`), two views of one shape and element size, as plain byte copies
 // between the device buffers: possible when each view is a box of its host
-// image (a narrow along dims, no transposes or broadcasts) that its layout
-// places as a box of device dims, and both boxes walk the view's dims in
-// the same device order with the same tiling. A cat's slice of a KV cache
-// along the sequence, or a narrow of it, is one run per outer row. Padding
-// inside the boxes moves along (zeros onto zeros). nullopt when the views
-// are not such boxes or would need more than `max_runs` runs: the copy then
-// needs a device program.
+// image (a narrow along dims, steps along them, a dim split into several
+// view dims; no transposes or broadcasts) that its layout places as a box
+// of device dims, and both boxes walk the view's dims with the same digits
+// (in any device order). A cat's slice of a KV cache along the sequence,
+// or a narrow of it, is one run per outer row; a token's heads split off a
+// projection, into a cache slot, one per stick where the orders differ.
+// Padding inside the boxes moves along. nullopt when the views are not
+// such boxes or would need more than `max_runs` runs: the copy then needs
+// a device program.
 std::optional<std::vector<PairedRun>> paired_box_runs(const DeviceLayout& src,
                                                       ViewGeometry from,
                                                       const DeviceLayout& dst,
